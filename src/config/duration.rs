@@ -1,0 +1,20 @@
+//! Serde adapter for human-written durations such as `"30s"`, `"250ms"` or `"2m"`.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    let parsed = humantime::parse_duration(&text).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "invalid duration {text:?}: {e} (write e.g. \"30s\" or \"250ms\")"
+        ))
+    })?;
+    if parsed.is_zero() {
+        return Err(serde::de::Error::custom(
+            "a duration of zero is not allowed",
+        ));
+    }
+    Ok(parsed)
+}

@@ -1,0 +1,192 @@
+//! Reads a configuration file, rejects unknown keys, and validates every route so that an error
+//! names the file, the route and the field before anything starts.
+
+use std::path::{Path, PathBuf};
+
+use super::{Config, ConfigError};
+use crate::route::RouteTable;
+
+/// Reads, parses and validates the file at `path`.
+pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        file: path.to_owned(),
+        source,
+    })?;
+    parse_str(&text, path)
+}
+
+/// Parses and validates configuration text; `origin` names it in errors.
+pub fn parse_str(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+    let deserializer = toml::Deserializer::new(text);
+    let config: Config = serde_path_to_error::deserialize(deserializer)
+        .map_err(|e| deserialize_error(text, origin, e))?;
+    validate(&config, origin)?;
+    Ok(config)
+}
+
+fn validate(config: &Config, origin: &Path) -> Result<(), ConfigError> {
+    RouteTable::compile(&config.routes).map_err(|e| ConfigError::Invalid {
+        file: origin.to_owned(),
+        route: Some(e.route),
+        field: e.field.to_owned(),
+        message: e.message,
+    })?;
+    let crate::config::StoreConfig::Embedded(embedded) = &config.store;
+    if embedded.max_batch == 0 {
+        return Err(ConfigError::Invalid {
+            file: origin.to_owned(),
+            route: None,
+            field: "store.max_batch".to_owned(),
+            message: "must be at least 1".to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Turns a serde error with its path (`routes[2].fence.mode`) into one that names the route.
+fn deserialize_error(
+    text: &str,
+    origin: &Path,
+    error: serde_path_to_error::Error<toml::de::Error>,
+) -> ConfigError {
+    let path = error.path().to_string();
+    let inner = error.into_inner();
+    let message = inner.message().to_owned();
+    let file: PathBuf = origin.to_owned();
+    let location = inner
+        .span()
+        .map(|span| line_of(text, span.start))
+        .map(|line| format!(" (line {line})"))
+        .unwrap_or_default();
+    if path == "." || path.is_empty() {
+        return ConfigError::Syntax {
+            file,
+            message: format!("{message}{location}"),
+        };
+    }
+    let (route, field) = split_route_path(text, &path);
+    ConfigError::Invalid {
+        file,
+        route,
+        field,
+        message: format!("{message}{location}"),
+    }
+}
+
+/// `routes[2].fence.mode` → (the name of the third route, `fence.mode`); other paths are unchanged.
+fn split_route_path(text: &str, path: &str) -> (Option<String>, String) {
+    let Some(rest) = path.strip_prefix("routes[") else {
+        return (None, path.to_owned());
+    };
+    let Some((index, field)) = rest.split_once(']') else {
+        return (None, path.to_owned());
+    };
+    let field = field.trim_start_matches('.');
+    let field = if field.is_empty() { "routes" } else { field };
+    let name = index
+        .parse::<usize>()
+        .ok()
+        .and_then(|i| route_name_at(text, i))
+        .unwrap_or_else(|| format!("#{}", index.parse::<usize>().map_or(0, |i| i + 1)));
+    (Some(name), field.to_owned())
+}
+
+fn route_name_at(text: &str, index: usize) -> Option<String> {
+    let value: toml::Table = text.parse().ok()?;
+    let route = value.get("routes")?.as_array()?.get(index)?;
+    route.get("name")?.as_str().map(str::to_owned)
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset)
+        .map_or(0, |head| head.lines().count().max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[server]
+listen = "127.0.0.1:8080"
+
+[store]
+backend = "embedded"
+path = "data/fencegate.db"
+
+[[routes]]
+name = "invoices"
+path = "/invoices/{id}"
+methods = ["POST", "PUT", "PATCH", "DELETE"]
+upstream = "http://127.0.0.1:9000"
+resource_key = "invoice:{id}"
+timeout = "30s"
+
+[routes.fence]
+header = "X-Fence"
+mode = "enforce"
+compare = "monotonic"
+"#;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        parse_str(text, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn the_documented_shape_loads_as_written() {
+        let config = parse(GOOD).expect("documented example must load");
+        assert_eq!(config.routes.len(), 1);
+        assert_eq!(config.routes[0].timeout, std::time::Duration::from_secs(30));
+    }
+
+    #[test]
+    fn unknown_route_key_names_file_route_and_field() {
+        let text = GOOD.replace(
+            "compare = \"monotonic\"",
+            "compare = \"monotonic\"\nmood = 1",
+        );
+        let message = parse(&text).unwrap_err().to_string();
+        assert!(message.contains("test.toml"), "{message}");
+        assert!(message.contains("route \"invoices\""), "{message}");
+        assert!(message.contains("mood"), "{message}");
+    }
+
+    #[test]
+    fn bad_enum_value_names_the_field() {
+        let text = GOOD.replace("mode = \"enforce\"", "mode = \"enforced\"");
+        let message = parse(&text).unwrap_err().to_string();
+        assert!(message.contains("route \"invoices\""), "{message}");
+        assert!(message.contains("fence.mode"), "{message}");
+    }
+
+    #[test]
+    fn template_over_unknown_segment_is_rejected() {
+        let text = GOOD.replace("invoice:{id}", "invoice:{invoice_id}");
+        let message = parse(&text).unwrap_err().to_string();
+        assert!(message.contains("resource_key"), "{message}");
+        assert!(message.contains("invoice_id"), "{message}");
+    }
+
+    #[test]
+    fn unknown_top_level_key_is_rejected() {
+        let text = format!("{GOOD}\n[extra]\nx = 1\n");
+        assert!(parse(&text).is_err());
+    }
+
+    #[test]
+    fn unknown_store_key_is_rejected() {
+        let text = GOOD.replace(
+            "backend = \"embedded\"",
+            "backend = \"embedded\"\npth = \"x\"",
+        );
+        let message = parse(&text).unwrap_err().to_string();
+        assert!(message.contains("pth"), "{message}");
+    }
+
+    #[test]
+    fn bad_duration_is_rejected() {
+        let text = GOOD.replace("timeout = \"30s\"", "timeout = \"soon\"");
+        let message = parse(&text).unwrap_err().to_string();
+        assert!(message.contains("timeout"), "{message}");
+    }
+}

@@ -1,0 +1,175 @@
+//! The configuration file's shape: what an operator may write, with defaults, exactly as it
+//! deserializes from TOML. Loading and validation live in `load.rs`; durations in `duration.rs`.
+
+mod duration;
+mod error;
+mod load;
+
+pub use error::ConfigError;
+pub use load::{load_file, parse_str};
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Default header carrying the fencing token (DESIGN §3).
+pub const DEFAULT_FENCE_HEADER: &str = "X-Fence";
+/// How long a client may wait for the upstream's response head before it gets 504: long enough for a
+/// slow legacy service, short enough that a hung upstream does not pin connections for minutes.
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a fenced request waits for the store before it is refused with 503 (fail closed, I5).
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long in-flight requests may run after a shutdown signal before connections are closed.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// Where the embedded store lives when the file names no path (relative to the working directory).
+pub const DEFAULT_EMBEDDED_PATH: &str = "data/fencegate.db";
+/// Most advances committed by one embedded transaction (one fsync): bounds the latency a batch adds.
+pub const DEFAULT_EMBEDDED_MAX_BATCH: usize = 512;
+/// The methods a route fences when it lists none: the unsafe ones of RFC 9110 §9.2.1.
+pub const DEFAULT_FENCED_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
+
+/// A whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+}
+
+/// `[server]`: the data-plane listener.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    #[serde(default = "default_shutdown_grace", with = "duration")]
+    pub shutdown_grace: Duration,
+}
+
+/// `[store]`: where high-water marks live, chosen by `backend`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "backend", rename_all = "lowercase", deny_unknown_fields)]
+pub enum StoreConfig {
+    Embedded(EmbeddedStoreConfig),
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig::Embedded(EmbeddedStoreConfig::default())
+    }
+}
+
+/// `[store] backend = "embedded"`: a local SQLite file in WAL mode with full sync.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddedStoreConfig {
+    #[serde(default = "default_embedded_path")]
+    pub path: PathBuf,
+    #[serde(default = "default_embedded_max_batch")]
+    pub max_batch: usize,
+}
+
+impl Default for EmbeddedStoreConfig {
+    fn default() -> Self {
+        EmbeddedStoreConfig {
+            path: default_embedded_path(),
+            max_batch: DEFAULT_EMBEDDED_MAX_BATCH,
+        }
+    }
+}
+
+/// `[[routes]]`: one path pattern in front of one upstream.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    pub name: String,
+    pub path: String,
+    #[serde(default)]
+    pub methods: Option<Vec<String>>,
+    pub upstream: String,
+    #[serde(default)]
+    pub resource_key: Option<String>,
+    #[serde(default = "default_upstream_timeout", with = "duration")]
+    pub timeout: Duration,
+    /// Keep the client's `Forwarded` / `X-Forwarded-*` headers and append to them (only behind a
+    /// trusted proxy); by default they are replaced.
+    #[serde(default)]
+    pub trust_forwarded: bool,
+    /// Send the client's `Host` upstream instead of the upstream's own authority.
+    #[serde(default)]
+    pub preserve_host: bool,
+    #[serde(default)]
+    pub fence: FenceConfig,
+}
+
+/// `[routes.fence]`: how a route checks tokens.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FenceConfig {
+    #[serde(default = "default_fence_header")]
+    pub header: String,
+    #[serde(default)]
+    pub mode: FenceMode,
+    #[serde(default)]
+    pub compare: Compare,
+    #[serde(default = "default_store_timeout", with = "duration")]
+    pub store_timeout: Duration,
+}
+
+impl Default for FenceConfig {
+    fn default() -> Self {
+        FenceConfig {
+            header: default_fence_header(),
+            mode: FenceMode::default(),
+            compare: Compare::default(),
+            store_timeout: DEFAULT_STORE_TIMEOUT,
+        }
+    }
+}
+
+/// What a route does with tokens (DESIGN §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FenceMode {
+    /// Refuse what fails the check.
+    #[default]
+    Enforce,
+    /// Forward everything; count and log what enforce would refuse.
+    Observe,
+    /// A plain proxy route.
+    Off,
+}
+
+/// Which tokens pass against a key's high-water mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compare {
+    /// `token >= mark`: one holder may write several times with one token.
+    #[default]
+    Monotonic,
+    /// `token > mark`: every write needs a new generation.
+    Strict,
+}
+
+fn default_shutdown_grace() -> Duration {
+    DEFAULT_SHUTDOWN_GRACE
+}
+fn default_upstream_timeout() -> Duration {
+    DEFAULT_UPSTREAM_TIMEOUT
+}
+fn default_store_timeout() -> Duration {
+    DEFAULT_STORE_TIMEOUT
+}
+fn default_fence_header() -> String {
+    DEFAULT_FENCE_HEADER.to_owned()
+}
+fn default_embedded_path() -> PathBuf {
+    PathBuf::from(DEFAULT_EMBEDDED_PATH)
+}
+fn default_embedded_max_batch() -> usize {
+    DEFAULT_EMBEDDED_MAX_BATCH
+}

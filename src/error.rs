@@ -1,0 +1,234 @@
+//! Every way a request can fail inside the gateway, where it came from, and — in exactly one
+//! place, `GatewayError::into_response` — the problem response and log line it turns into.
+
+use std::time::Duration;
+
+use http::{header, HeaderName, HeaderValue, Response, StatusCode};
+
+use crate::fence::TokenError;
+use crate::problem::Problem;
+use crate::proxy::ProxyBody;
+use crate::route::RenderError;
+use crate::store::StoreError;
+
+/// Header naming the key's high-water mark on a stale-fence refusal.
+pub const X_FENCE_CURRENT: HeaderName = HeaderName::from_static("x-fence-current");
+/// Seconds a client should wait before retrying after the store failed.
+const STORE_RETRY_AFTER_SECS: &str = "1";
+
+/// Who caused a failure: decides the log level and whether a retry may help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Client,
+    Store,
+    Upstream,
+    Gateway,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("no route matches {path}")]
+    NoRoute { path: String },
+    #[error("{path} is reserved for the gateway and names nothing")]
+    ReservedNotFound { path: String },
+    #[error("method not allowed here; use {allow}")]
+    MethodNotAllowed { allow: &'static str },
+    #[error("the path contains a dot segment (`.` or `..`), which could reach another resource upstream")]
+    DotSegment,
+    #[error("the claim path names no valid resource key")]
+    BadClaimKey,
+    #[error("route {route}: {error}")]
+    KeyUnavailable { route: String, error: RenderError },
+    #[error("route {route}: key {key}: {error}")]
+    Token {
+        route: String,
+        key: String,
+        error: TokenError,
+    },
+    #[error("route {route}: key {key}: token {token} is below the high-water mark {current}")]
+    StaleFence {
+        route: String,
+        key: String,
+        token: u64,
+        current: u64,
+    },
+    #[error("route {route}: key {key}: the fence store did not answer within {after:?}")]
+    StoreTimeout {
+        route: String,
+        key: String,
+        after: Duration,
+    },
+    #[error("route {route}: key {key}: {source}")]
+    StoreFailed {
+        route: String,
+        key: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("route {route}: upstream {}: {source}", if *.connect { "refused the connection" } else { "failed" })]
+    UpstreamUnavailable {
+        route: String,
+        connect: bool,
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    #[error("route {route}: the upstream did not answer within {after:?}")]
+    UpstreamTimeout { route: String, after: Duration },
+    #[error("internal error: {0}")]
+    Internal(&'static str),
+}
+
+impl GatewayError {
+    pub fn origin(&self) -> Origin {
+        match self {
+            GatewayError::StoreTimeout { .. } | GatewayError::StoreFailed { .. } => Origin::Store,
+            GatewayError::UpstreamUnavailable { .. } | GatewayError::UpstreamTimeout { .. } => {
+                Origin::Upstream
+            }
+            GatewayError::Internal(_) => Origin::Gateway,
+            _ => Origin::Client,
+        }
+    }
+
+    fn status_slug_title(&self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            GatewayError::NoRoute { .. } => (StatusCode::NOT_FOUND, "no-route", "No route matches"),
+            GatewayError::ReservedNotFound { .. } => (
+                StatusCode::NOT_FOUND,
+                "no-route",
+                "No such gateway endpoint",
+            ),
+            GatewayError::MethodNotAllowed { .. } => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "Method not allowed",
+            ),
+            GatewayError::DotSegment => (StatusCode::BAD_REQUEST, "invalid-path", "Invalid path"),
+            GatewayError::BadClaimKey | GatewayError::KeyUnavailable { .. } => (
+                StatusCode::BAD_REQUEST,
+                "invalid-resource-key",
+                "Resource key unavailable",
+            ),
+            GatewayError::Token {
+                error: TokenError::Missing,
+                ..
+            } => (
+                StatusCode::PRECONDITION_REQUIRED,
+                "missing-fence",
+                "Fencing token required",
+            ),
+            GatewayError::Token { .. } => (
+                StatusCode::BAD_REQUEST,
+                "invalid-fence",
+                "Invalid fencing token",
+            ),
+            GatewayError::StaleFence { .. } => {
+                (StatusCode::CONFLICT, "stale-fence", "Stale fencing token")
+            }
+            GatewayError::StoreTimeout { .. } | GatewayError::StoreFailed { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "Fence store unavailable",
+            ),
+            GatewayError::UpstreamUnavailable { .. } => (
+                StatusCode::BAD_GATEWAY,
+                "upstream-unavailable",
+                "Upstream unavailable",
+            ),
+            GatewayError::UpstreamTimeout { .. } => (
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream-timeout",
+                "Upstream timed out",
+            ),
+            GatewayError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal gateway error",
+            ),
+        }
+    }
+
+    /// The one place a failure becomes an HTTP answer, logged once.
+    pub fn into_response(self) -> Response<ProxyBody> {
+        self.log();
+        let (status, slug, title) = self.status_slug_title();
+        let detail = match &self {
+            // Internal details never reach the client.
+            GatewayError::Internal(_) => "the gateway failed to handle the request".to_owned(),
+            GatewayError::StoreFailed { route, key, .. } => {
+                format!("route {route}: key {key}: the fence store failed; the request was not forwarded")
+            }
+            GatewayError::UpstreamUnavailable { route, connect, .. } => format!(
+                "route {route}: the upstream {}",
+                if *connect {
+                    "refused the connection"
+                } else {
+                    "closed the connection or failed"
+                }
+            ),
+            other => other.to_string(),
+        };
+        let mut problem = Problem::new(status, slug, title, detail);
+        let mut extra: Option<(HeaderName, HeaderValue)> = None;
+        match &self {
+            GatewayError::KeyUnavailable { route, .. }
+            | GatewayError::UpstreamUnavailable { route, .. }
+            | GatewayError::UpstreamTimeout { route, .. } => problem.route = Some(route.clone()),
+            GatewayError::Token { route, key, .. } => {
+                problem.route = Some(route.clone());
+                problem.key = Some(key.clone());
+            }
+            GatewayError::StaleFence {
+                route,
+                key,
+                token,
+                current,
+            } => {
+                problem.route = Some(route.clone());
+                problem.key = Some(key.clone());
+                problem.fence = Some(*token);
+                problem.current_fence = Some(*current);
+                extra = Some((X_FENCE_CURRENT, HeaderValue::from(*current)));
+            }
+            GatewayError::StoreTimeout { route, key, .. }
+            | GatewayError::StoreFailed { route, key, .. } => {
+                problem.route = Some(route.clone());
+                problem.key = Some(key.clone());
+                extra = Some((
+                    header::RETRY_AFTER,
+                    HeaderValue::from_static(STORE_RETRY_AFTER_SECS),
+                ));
+            }
+            GatewayError::MethodNotAllowed { allow } => {
+                extra = Some((header::ALLOW, HeaderValue::from_static(allow)));
+            }
+            _ => {}
+        }
+        let mut response = problem.into_response();
+        if let Some((name, value)) = extra {
+            response.headers_mut().insert(name, value);
+        }
+        response
+    }
+
+    fn log(&self) {
+        match self {
+            GatewayError::StaleFence {
+                route,
+                key,
+                token,
+                current,
+            } => tracing::info!(%route, %key, token, current, "refused: stale fencing token"),
+            GatewayError::Token { route, key, error } => {
+                tracing::info!(%route, %key, reason = %error, "refused: fencing token")
+            }
+            other => match other.origin() {
+                Origin::Client => tracing::debug!(error = %other, "refused"),
+                Origin::Store | Origin::Upstream => {
+                    tracing::warn!(error = %other, "request failed")
+                }
+                Origin::Gateway => tracing::error!(error = %other, "internal error"),
+            },
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! `FenceLayer` → `Fence<S>`: the fence check of DESIGN §2 as a tower layer. It renders the
+//! resource key, reads the token, and compare-and-advances the key's mark in the store before the
+//! inner service (and so the upstream) sees the request.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::future::BoxFuture;
+use http::{Request, Response};
+use tower::{Layer, Service};
+
+use super::token::{read_fence_header, TokenError};
+use crate::config::FenceMode;
+use crate::error::GatewayError;
+use crate::proxy::ProxyBody;
+use crate::route::{CompiledRoute, RequestParts, RouteMatch};
+use crate::stats::RouteCounters;
+use crate::store::{Advance, FenceStore};
+
+/// The resource key of a fenced request, for the layers after the fence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceKey(pub String);
+
+#[derive(Clone)]
+pub struct FenceLayer {
+    store: Arc<dyn FenceStore>,
+}
+
+impl FenceLayer {
+    pub fn new(store: Arc<dyn FenceStore>) -> FenceLayer {
+        FenceLayer { store }
+    }
+}
+
+impl<S> Layer<S> for FenceLayer {
+    type Service = Fence<S>;
+
+    fn layer(&self, inner: S) -> Fence<S> {
+        Fence {
+            store: Arc::clone(&self.store),
+            inner,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Fence<S> {
+    store: Arc<dyn FenceStore>,
+    inner: S,
+}
+
+impl<S, B> Service<Request<B>> for Fence<S>
+where
+    S: Service<Request<B>, Response = Response<ProxyBody>, Error = GatewayError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+{
+    type Response = Response<ProxyBody>;
+    type Error = GatewayError;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        // The inner service was polled ready; keep that one and leave a fresh clone behind.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let store = Arc::clone(&self.store);
+        Box::pin(async move {
+            let Some(routed) = request.extensions().get::<RouteMatch>().cloned() else {
+                return Err(GatewayError::Internal(
+                    "request reached the fence without a route",
+                ));
+            };
+            let route = routed.route;
+            if route.fences(request.method()) {
+                let verdict = match read_key_and_token(&route, &routed.captures, &request) {
+                    Ok((key, token)) => advance(&route, key, token, store.as_ref()).await,
+                    Err(refusal) => Err(refusal),
+                };
+                match (verdict, route.fence.mode) {
+                    (Ok(key), _) => {
+                        request.extensions_mut().insert(ResourceKey(key));
+                    }
+                    (Err(refusal), FenceMode::Observe) => observe(&route, &refusal),
+                    (Err(refusal), _) => return Err(refusal),
+                }
+            }
+            inner.call(request).await
+        })
+    }
+}
+
+/// Renders the request's resource key and reads its token.
+fn read_key_and_token<B>(
+    route: &CompiledRoute,
+    captures: &crate::route::Captures,
+    request: &Request<B>,
+) -> Result<(String, u64), GatewayError> {
+    let counters = &route.counters;
+    let Some(template) = &route.resource_key else {
+        return Err(GatewayError::Internal(
+            "a fenced route without a resource key",
+        ));
+    };
+    let parts = RequestParts {
+        captures,
+        headers: request.headers(),
+        query: request.uri().query(),
+    };
+    let key = template.render(&parts).map_err(|error| {
+        RouteCounters::bump(&counters.invalid);
+        GatewayError::KeyUnavailable {
+            route: route.name.clone(),
+            error,
+        }
+    })?;
+    let token = read_fence_header(request.headers(), &route.fence.header).map_err(|error| {
+        let counter = match error {
+            TokenError::Missing => &counters.missing,
+            _ => &counters.invalid,
+        };
+        RouteCounters::bump(counter);
+        GatewayError::Token {
+            route: route.name.clone(),
+            key: key.clone(),
+            error,
+        }
+    })?;
+    Ok((key, token))
+}
+
+/// Compares and advances the key's mark; `Ok` carries the key of a request that may pass.
+async fn advance(
+    route: &CompiledRoute,
+    key: String,
+    token: u64,
+    store: &dyn FenceStore,
+) -> Result<String, GatewayError> {
+    let counters = &route.counters;
+    let advanced = tokio::time::timeout(
+        route.fence.store_timeout,
+        store.advance(&key, token, route.fence.compare),
+    )
+    .await;
+    match advanced {
+        Ok(Ok(Advance::Accepted { previous })) => {
+            RouteCounters::bump(&counters.accepted);
+            if previous.is_none_or(|p| token > p) {
+                RouteCounters::bump(&counters.advanced);
+            }
+            Ok(key)
+        }
+        Ok(Ok(Advance::Stale { current })) => {
+            RouteCounters::bump(&counters.stale);
+            Err(GatewayError::StaleFence {
+                route: route.name.clone(),
+                key,
+                token,
+                current,
+            })
+        }
+        Ok(Err(source)) => {
+            RouteCounters::bump(&counters.store_errors);
+            Err(GatewayError::StoreFailed {
+                route: route.name.clone(),
+                key,
+                source,
+            })
+        }
+        Err(_elapsed) => {
+            RouteCounters::bump(&counters.store_errors);
+            Err(GatewayError::StoreTimeout {
+                route: route.name.clone(),
+                key,
+                after: route.fence.store_timeout,
+            })
+        }
+    }
+}
+
+/// Observe mode: the refusal is counted (by the check) and logged, and the request goes on.
+fn observe(route: &CompiledRoute, refusal: &GatewayError) {
+    RouteCounters::bump(&route.counters.observed_refusals);
+    tracing::warn!(route = %route.name, would_refuse = %refusal, "observe mode: forwarding a request enforce would refuse");
+}

@@ -1,0 +1,8 @@
+//! The fence check: reading a token from a request and deciding, with the store, whether the
+//! request may pass (DESIGN §2). `token.rs` parses; `layer.rs` is the tower layer on the hot path.
+
+mod layer;
+mod token;
+
+pub use layer::{Fence, FenceLayer, ResourceKey};
+pub use token::{parse_fence_token, read_fence_header, TokenError};

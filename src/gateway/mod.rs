@@ -1,0 +1,77 @@
+//! The gateway service: the reserved `/_fencegate/` endpoints, and for everything else the
+//! request stack assembled in one place, one layer per line. Failures of any layer become problem
+//! responses here and nowhere else.
+
+mod claim;
+mod routing;
+
+pub use claim::Claim;
+pub use routing::{Routing, RoutingLayer};
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::future::BoxFuture;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use tower::{Service, ServiceBuilder, ServiceExt as _};
+
+use crate::fence::{Fence, FenceLayer};
+use crate::proxy::{Proxy, ProxyBody};
+use crate::route::{RouteTable, RESERVED_PREFIX};
+use crate::store::FenceStore;
+
+type RoutedStack = Routing<Fence<Proxy>>;
+
+/// The whole data plane as one cloneable service.
+#[derive(Clone)]
+pub struct Gateway {
+    claim: Claim,
+    routed: RoutedStack,
+}
+
+impl Gateway {
+    pub fn new(routes: Arc<RouteTable>, store: Arc<dyn FenceStore>) -> Gateway {
+        let routed = ServiceBuilder::new()
+            // First: find the route, so every later layer knows the route's settings.
+            .layer(RoutingLayer::new(routes))
+            // Before anything can reach the upstream: refuse stale generations (I1, I2).
+            .layer(FenceLayer::new(Arc::clone(&store)))
+            // Last: forward what passed.
+            .service(Proxy::new());
+        Gateway {
+            claim: Claim::new(store),
+            routed,
+        }
+    }
+}
+
+impl Service<Request<Incoming>> for Gateway {
+    type Response = Response<ProxyBody>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+        if request.uri().path().starts_with(RESERVED_PREFIX) {
+            let claim = self.claim.clone();
+            return Box::pin(async move {
+                Ok(claim
+                    .handle(request)
+                    .await
+                    .unwrap_or_else(|e| e.into_response()))
+            });
+        }
+        let routed = self.routed.clone();
+        Box::pin(async move {
+            Ok(routed
+                .oneshot(request)
+                .await
+                .unwrap_or_else(|e| e.into_response()))
+        })
+    }
+}

@@ -1,0 +1,98 @@
+//! `RoutingLayer` → `Routing<S>`: refuses paths with dot segments, finds the request's route
+//! (404 when none), and hands the match to the layers below as a request extension.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::future::{self, BoxFuture, FutureExt as _};
+use http::{Request, Response};
+use percent_encoding::percent_decode_str;
+use tower::{Layer, Service};
+
+use crate::error::GatewayError;
+use crate::proxy::ProxyBody;
+use crate::route::RouteTable;
+
+#[derive(Clone)]
+pub struct RoutingLayer {
+    routes: Arc<RouteTable>,
+}
+
+impl RoutingLayer {
+    pub fn new(routes: Arc<RouteTable>) -> RoutingLayer {
+        RoutingLayer { routes }
+    }
+}
+
+impl<S> Layer<S> for RoutingLayer {
+    type Service = Routing<S>;
+
+    fn layer(&self, inner: S) -> Routing<S> {
+        Routing {
+            routes: Arc::clone(&self.routes),
+            inner,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Routing<S> {
+    routes: Arc<RouteTable>,
+    inner: S,
+}
+
+impl<S, B> Service<Request<B>> for Routing<S>
+where
+    S: Service<Request<B>, Response = Response<ProxyBody>, Error = GatewayError>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<ProxyBody>;
+    type Error = GatewayError;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        let path = request.uri().path();
+        if has_dot_segment(path) {
+            return future::ready(Err(GatewayError::DotSegment)).boxed();
+        }
+        match self.routes.find(path) {
+            Some(routed) => {
+                request.extensions_mut().insert(routed);
+                self.inner.call(request).boxed()
+            }
+            None => future::ready(Err(GatewayError::NoRoute {
+                path: path.to_owned(),
+            }))
+            .boxed(),
+        }
+    }
+}
+
+/// Whether a path has a `.` or `..` segment, encoded or not. Upstreams normalise these away
+/// (RFC 3986 §5.2.4), so `/public/../invoices/7` could match an unfenced route here and write to a
+/// fenced resource there; such paths are refused instead.
+pub fn has_dot_segment(path: &str) -> bool {
+    path.split('/').any(|segment| {
+        let decoded = percent_decode_str(segment).collect::<Vec<u8>>();
+        decoded == b"." || decoded == b".."
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_dot_segment;
+
+    #[test]
+    fn dot_segments_are_found_encoded_or_not() {
+        assert!(has_dot_segment("/a/../b"));
+        assert!(has_dot_segment("/a/./b"));
+        assert!(has_dot_segment("/a/%2e%2E/b"));
+        assert!(has_dot_segment("/a/.."));
+        assert!(!has_dot_segment("/a/..b/c"));
+        assert!(!has_dot_segment("/a/.well-known"));
+    }
+}

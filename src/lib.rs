@@ -1,0 +1,35 @@
+//! fencegate: a fencing-aware HTTP reverse proxy. Stale lock holders cannot write: every fenced
+//! request's token is compared with its resource key's durable high-water mark before it is
+//! forwarded.
+//!
+//! # Layout
+//!
+//! Following a request:
+//!
+//! - [`config`]: the TOML file's shape, loading and validation (`fencegate check-config`).
+//! - [`route`]: path patterns, resource-key templates and the compiled route table.
+//! - [`server`]: the listener — HTTP/1.1 and h2c, graceful drain on shutdown.
+//! - [`gateway`]: the reserved `/_fencegate/` endpoints (claiming) and the request stack, assembled
+//!   in one place: routing → fence → proxy.
+//! - [`fence`]: token parsing and the fence layer (compare-and-advance before forwarding).
+//! - [`store`]: the `FenceStore` trait and its backends (embedded SQLite).
+//! - [`proxy`]: header rules (hop-by-hop, `Via`, `Forwarded`), upstream targets and forwarding.
+//! - [`error`] and [`problem`]: every failure as a typed error, answered as RFC 9457 problem details.
+//! - [`stats`]: per-route counters of fence outcomes.
+//! - [`app`]: wiring — opens the store, compiles routes, serves until shutdown.
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod config;
+pub mod error;
+pub mod fence;
+pub mod gateway;
+pub mod problem;
+pub mod proxy;
+pub mod route;
+pub mod server;
+pub mod stats;
+pub mod store;
+
+pub use app::{run, App, StartError};
+pub use config::Config;

@@ -1,0 +1,55 @@
+//! RFC 9457 problem details: the machine-readable body of every refusal the gateway answers.
+
+use http::{header, HeaderValue, Response, StatusCode};
+use serde::Serialize;
+
+use crate::proxy::{full_body, ProxyBody};
+
+/// Where the problem types live; each case appends its stable slug (`.../stale-fence`).
+pub const PROBLEM_TYPE_BASE: &str = "https://fencegate.dev/problems/";
+
+/// A problem document. Optional members appear only when they help the client.
+#[derive(Debug, Serialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub problem_type: String,
+    pub title: &'static str,
+    pub status: u16,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_fence: Option<u64>,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, slug: &str, title: &'static str, detail: String) -> Problem {
+        Problem {
+            problem_type: format!("{PROBLEM_TYPE_BASE}{slug}"),
+            title,
+            status: status.as_u16(),
+            detail,
+            route: None,
+            key: None,
+            fence: None,
+            current_fence: None,
+        }
+    }
+
+    /// The response carrying this document.
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_vec(&self).unwrap_or_else(|_| b"{}".to_vec());
+        let mut response = Response::new(full_body(body));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        response
+    }
+}

@@ -1,0 +1,165 @@
+//! The innermost service: rewrites a routed request for its upstream, sends it on a pooled
+//! keep-alive connection within the route's timeout, and streams the response back.
+
+use std::net::SocketAddr;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use http::{header, Request, Response, Version};
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tower::Service;
+
+use super::headers::{
+    append_forwarded_headers, append_via, strip_hop_by_hop_headers, ForwardedFor,
+};
+use super::ProxyBody;
+use crate::error::GatewayError;
+use crate::route::RouteMatch;
+
+/// Idle keep-alive connections kept per upstream: enough for a busy route on a small machine.
+pub const MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST: usize = 1024;
+/// How long an idle upstream connection is kept before it is closed.
+const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long connecting to an upstream may take before the attempt counts as refused (502).
+const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The address of the client connection a request came in on (set by the server per connection).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddr(pub SocketAddr);
+
+/// The pooled HTTP/1.1 client shared by every route.
+pub type UpstreamClient = Client<HttpConnector, Incoming>;
+
+/// Builds the shared upstream client.
+pub fn upstream_client() -> UpstreamClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(UPSTREAM_CONNECT_TIMEOUT));
+    Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(UPSTREAM_IDLE_TIMEOUT)
+        .pool_max_idle_per_host(MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST)
+        .build(connector)
+}
+
+/// Forwards routed requests.
+#[derive(Clone)]
+pub struct Proxy {
+    client: UpstreamClient,
+}
+
+impl Proxy {
+    pub fn new() -> Proxy {
+        Proxy {
+            client: upstream_client(),
+        }
+    }
+}
+
+impl Default for Proxy {
+    fn default() -> Self {
+        Proxy::new()
+    }
+}
+
+impl Service<Request<Incoming>> for Proxy {
+    type Response = Response<ProxyBody>;
+    type Error = GatewayError;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+        let client = self.client.clone();
+        Box::pin(async move {
+            let routed =
+                request
+                    .extensions()
+                    .get::<RouteMatch>()
+                    .cloned()
+                    .ok_or(GatewayError::Internal(
+                        "request reached the proxy without a route",
+                    ))?;
+            let route = routed.route;
+            let upstream_request = upstream_request_filter(request, &route)?;
+            let pending = client.request(upstream_request);
+            let response = match tokio::time::timeout(route.timeout, pending).await {
+                Err(_elapsed) => {
+                    // Dropping the pending request tears its connection down; it is never reused.
+                    return Err(GatewayError::UpstreamTimeout {
+                        route: route.name.clone(),
+                        after: route.timeout,
+                    });
+                }
+                Ok(Err(source)) => {
+                    return Err(GatewayError::UpstreamUnavailable {
+                        route: route.name.clone(),
+                        connect: source.is_connect(),
+                        source,
+                    })
+                }
+                Ok(Ok(response)) => response,
+            };
+            Ok(response_filter(response))
+        })
+    }
+}
+
+/// Rewrites the client's request for the upstream: absolute URI below the base path, hop-by-hop
+/// headers gone, `Host` for the upstream, `Via` and `Forwarded` for this hop. `X-Fence` stays.
+fn upstream_request_filter(
+    request: Request<Incoming>,
+    route: &crate::route::CompiledRoute,
+) -> Result<Request<Incoming>, GatewayError> {
+    let (mut parts, body) = request.into_parts();
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_owned();
+    let client_host: Option<String> = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| parts.uri.authority().map(|a| a.as_str().to_owned()));
+    parts.uri = route
+        .upstream
+        .uri_for(&path_and_query)
+        .map_err(|_| GatewayError::Internal("could not build the upstream URI"))?;
+    strip_hop_by_hop_headers(&mut parts.headers);
+    append_via(&mut parts.headers, parts.version);
+    if let Some(ClientAddr(client)) = parts.extensions.get::<ClientAddr>().copied() {
+        let hop = ForwardedFor {
+            client,
+            host: client_host.as_deref(),
+            proto: "http",
+        };
+        append_forwarded_headers(&mut parts.headers, &hop, route.trust_forwarded);
+    }
+    let host = match (&client_host, route.preserve_host) {
+        (Some(host), true) => host.parse().ok(),
+        _ => None,
+    };
+    parts.headers.insert(
+        header::HOST,
+        host.unwrap_or_else(|| route.upstream.host_header().clone()),
+    );
+    parts.version = Version::HTTP_11;
+    Ok(Request::from_parts(parts, body))
+}
+
+/// Strips hop-by-hop headers from the upstream's response, adds `Via`, and streams the body.
+fn response_filter(response: Response<Incoming>) -> Response<ProxyBody> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop_headers(&mut parts.headers);
+    append_via(&mut parts.headers, parts.version);
+    let body: ProxyBody = body.map_err(Into::into).boxed();
+    Response::from_parts(parts, body)
+}

@@ -1,0 +1,229 @@
+//! Path patterns such as `/invoices/{id}/send` or `/files/{*rest}`: parsing and matching.
+
+use percent_encoding::percent_decode_str;
+
+/// One segment of a pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Literal(String),
+    /// `{name}`: exactly one non-empty segment.
+    Param(String),
+    /// `{*name}`: the non-empty remainder of the path, slashes included; last only.
+    Rest(String),
+}
+
+/// A compiled path pattern.
+#[derive(Debug, Clone)]
+pub struct PathPattern {
+    segments: Vec<Segment>,
+}
+
+/// The decoded values a match captured, in pattern order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captures(Vec<(String, String)>);
+
+impl Captures {
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    #[error("must start with '/'")]
+    NoLeadingSlash,
+    #[error("segment {0:?}: a parameter must be a whole segment, `{{name}}` or `{{*name}}`")]
+    PartialParam(String),
+    #[error("parameter name {0:?} must be letters, digits or '_'")]
+    BadName(String),
+    #[error("parameter {0:?} appears twice")]
+    DuplicateName(String),
+    #[error("`{{*{0}}}` must be the last segment")]
+    RestNotLast(String),
+}
+
+impl PathPattern {
+    pub fn parse(pattern: &str) -> Result<PathPattern, PatternError> {
+        let body = pattern
+            .strip_prefix('/')
+            .ok_or(PatternError::NoLeadingSlash)?;
+        let raw: Vec<&str> = body.split('/').collect();
+        let mut segments = Vec::with_capacity(raw.len());
+        for (i, part) in raw.iter().enumerate() {
+            let segment = parse_segment(part)?;
+            if let Segment::Rest(name) = &segment {
+                if i + 1 != raw.len() {
+                    return Err(PatternError::RestNotLast(name.clone()));
+                }
+            }
+            if let Segment::Param(name) | Segment::Rest(name) = &segment {
+                if segments
+                    .iter()
+                    .any(|s| matches!(s, Segment::Param(n) | Segment::Rest(n) if n == name))
+                {
+                    return Err(PatternError::DuplicateName(name.clone()));
+                }
+            }
+            segments.push(segment);
+        }
+        Ok(PathPattern { segments })
+    }
+
+    /// Names this pattern captures.
+    pub fn param_names(&self) -> impl Iterator<Item = &str> + Clone {
+        self.segments.iter().filter_map(|s| match s {
+            Segment::Param(n) | Segment::Rest(n) => Some(n.as_str()),
+            Segment::Literal(_) => None,
+        })
+    }
+
+    /// The literal prefix before the first parameter (used to keep routes out of reserved space).
+    pub fn literal_prefix(&self) -> String {
+        let mut prefix = String::from("/");
+        for segment in &self.segments {
+            match segment {
+                Segment::Literal(text) => {
+                    prefix.push_str(text);
+                    prefix.push('/');
+                }
+                _ => break,
+            }
+        }
+        prefix
+    }
+
+    /// Matches a raw (still percent-encoded) request path; captured values are decoded. A capture
+    /// that is not UTF-8 once decoded does not match.
+    pub fn matches(&self, path: &str) -> Option<Captures> {
+        let mut rest = path.strip_prefix('/')?;
+        let mut captures = Vec::new();
+        for (i, segment) in self.segments.iter().enumerate() {
+            let last = i + 1 == self.segments.len();
+            if let Segment::Rest(name) = segment {
+                if rest.is_empty() {
+                    return None;
+                }
+                captures.push((name.clone(), decode(rest)?));
+                return Some(Captures(captures));
+            }
+            let (part, tail) = match rest.split_once('/') {
+                Some((part, tail)) if !last => (part, tail),
+                Some(_) => return None,
+                None if last => (rest, ""),
+                None => return None,
+            };
+            match segment {
+                Segment::Literal(text) => {
+                    if part != text {
+                        return None;
+                    }
+                }
+                Segment::Param(name) => {
+                    if part.is_empty() {
+                        return None;
+                    }
+                    captures.push((name.clone(), decode(part)?));
+                }
+                Segment::Rest(_) => return None,
+            }
+            rest = tail;
+        }
+        Some(Captures(captures))
+    }
+}
+
+fn parse_segment(part: &str) -> Result<Segment, PatternError> {
+    if let Some(inner) = part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+        let (name, rest) = match inner.strip_prefix('*') {
+            Some(name) => (name, true),
+            None => (inner, false),
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(PatternError::BadName(name.to_owned()));
+        }
+        return Ok(if rest {
+            Segment::Rest(name.to_owned())
+        } else {
+            Segment::Param(name.to_owned())
+        });
+    }
+    if part.contains('{') || part.contains('}') {
+        return Err(PatternError::PartialParam(part.to_owned()));
+    }
+    Ok(Segment::Literal(part.to_owned()))
+}
+
+fn decode(raw: &str) -> Option<String> {
+    percent_decode_str(raw)
+        .decode_utf8()
+        .ok()
+        .map(|s| s.into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_segment_matches_one_segment() {
+        let p = PathPattern::parse("/invoices/{id}").unwrap();
+        assert_eq!(p.matches("/invoices/72").unwrap().get("id"), Some("72"));
+        assert!(p.matches("/invoices/72/send").is_none());
+        assert!(p.matches("/invoices/").is_none());
+        assert!(p.matches("/invoices").is_none());
+        assert!(p.matches("/other/72").is_none());
+    }
+
+    #[test]
+    fn captures_are_percent_decoded() {
+        let p = PathPattern::parse("/invoices/{id}").unwrap();
+        assert_eq!(p.matches("/invoices/%37%32").unwrap().get("id"), Some("72"));
+        assert!(p.matches("/invoices/%ff").is_none());
+    }
+
+    #[test]
+    fn rest_takes_the_remainder() {
+        let p = PathPattern::parse("/files/{*rest}").unwrap();
+        assert_eq!(
+            p.matches("/files/a/b/c").unwrap().get("rest"),
+            Some("a/b/c")
+        );
+        assert!(p.matches("/files/").is_none());
+        assert!(p.matches("/files").is_none());
+    }
+
+    #[test]
+    fn literal_and_params_mix() {
+        let p = PathPattern::parse("/t/{tenant}/invoices/{id}/send").unwrap();
+        let c = p.matches("/t/acme/invoices/9/send").unwrap();
+        assert_eq!((c.get("tenant"), c.get("id")), (Some("acme"), Some("9")));
+        assert_eq!(p.literal_prefix(), "/t/");
+    }
+
+    #[test]
+    fn malformed_patterns_are_rejected() {
+        assert_eq!(
+            PathPattern::parse("x").unwrap_err(),
+            PatternError::NoLeadingSlash
+        );
+        assert!(matches!(
+            PathPattern::parse("/a-{id}"),
+            Err(PatternError::PartialParam(_))
+        ));
+        assert!(matches!(
+            PathPattern::parse("/{*r}/x"),
+            Err(PatternError::RestNotLast(_))
+        ));
+        assert!(matches!(
+            PathPattern::parse("/{a}/{a}"),
+            Err(PatternError::DuplicateName(_))
+        ));
+        assert!(matches!(
+            PathPattern::parse("/{a b}"),
+            Err(PatternError::BadName(_))
+        ));
+    }
+}

@@ -1,0 +1,30 @@
+//! Per-route counters of fence outcomes, kept as plain atomics until the metrics exporter reads them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counts for one route. Never keyed by resource key, so their number is bounded by the config.
+#[derive(Debug, Default)]
+pub struct RouteCounters {
+    /// Fenced requests whose token passed and that were forwarded.
+    pub accepted: AtomicU64,
+    /// Accepted requests that raised the key's mark (a new generation: owner churn).
+    pub advanced: AtomicU64,
+    /// Refusals (enforce) or would-be refusals (observe), by reason.
+    pub missing: AtomicU64,
+    pub invalid: AtomicU64,
+    pub stale: AtomicU64,
+    /// Store failures or timeouts met by fenced requests.
+    pub store_errors: AtomicU64,
+    /// Requests that observe mode forwarded although enforce would have refused them.
+    pub observed_refusals: AtomicU64,
+}
+
+impl RouteCounters {
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn read(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}

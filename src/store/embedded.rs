@@ -1,0 +1,325 @@
+//! The embedded backend: one SQLite file in WAL mode with `synchronous = FULL`, owned by a single
+//! writer task that commits every batch of concurrent advances with one statement and one fsync.
+//!
+//! Group commit needs no timer: while one commit is syncing, new requests queue on the channel and
+//! the next loop takes all of them, so a lone request never waits for company. The file is opened
+//! with `locking_mode = EXCLUSIVE`, so a second process cannot open the same store by mistake.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions as _, Connection as _, QueryBuilder, Sqlite};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{decide, Advance, FenceStore, StoreError, StoreFuture};
+use crate::config::Compare;
+
+const BACKEND: &str = "embedded";
+/// Requests that may queue for the writer before callers wait (their store timeout still runs).
+const COMMAND_QUEUE: usize = 16 * 1024;
+/// How long opening waits for a file another process holds before failing with a clear error.
+const OPEN_BUSY_TIMEOUT: Duration = Duration::from_secs(1);
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS fence_marks (
+    key  TEXT    PRIMARY KEY NOT NULL,
+    mark INTEGER NOT NULL  -- the u64 mark, stored bit for bit as SQLite's signed 64-bit integer
+) WITHOUT ROWID;
+";
+
+/// Handle to the writer task; cheap to share behind an `Arc`.
+pub struct EmbeddedStore {
+    commands: mpsc::Sender<Command>,
+}
+
+enum Command {
+    Advance {
+        key: String,
+        token: u64,
+        compare: Compare,
+        reply: oneshot::Sender<Result<Advance, StoreError>>,
+    },
+    Current {
+        key: String,
+        reply: oneshot::Sender<Result<Option<u64>, StoreError>>,
+    },
+    Close {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+impl EmbeddedStore {
+    /// Opens (creating if needed) the store at `path` and starts its writer task.
+    pub async fn open(path: &Path, max_batch: usize) -> Result<EmbeddedStore, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(|source| StoreError::CreateDir {
+                    path: path.to_owned(),
+                    source,
+                })?;
+        }
+        let open_error = |source| StoreError::Open {
+            path: path.to_owned(),
+            source,
+        };
+        let options = SqliteConnectOptions::from_str("sqlite:")
+            .map_err(open_error)?
+            .filename(path)
+            .create_if_missing(true)
+            .locking_mode(SqliteLockingMode::Exclusive)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(OPEN_BUSY_TIMEOUT);
+        let mut connection = options.connect().await.map_err(open_error)?;
+        sqlx::raw_sql(SCHEMA)
+            .execute(&mut connection)
+            .await
+            .map_err(open_error)?;
+        let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
+        let writer = Writer {
+            connection,
+            max_batch: max_batch.max(1),
+            path: path.to_owned(),
+        };
+        tokio::spawn(writer.run(receiver));
+        Ok(EmbeddedStore { commands })
+    }
+
+    async fn request<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
+    ) -> Result<T, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(make(reply))
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+}
+
+impl FenceStore for EmbeddedStore {
+    fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance> {
+        let key = key.to_owned();
+        Box::pin(self.request(move |reply| Command::Advance {
+            key,
+            token,
+            compare,
+            reply,
+        }))
+    }
+
+    fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>> {
+        let key = key.to_owned();
+        Box::pin(self.request(move |reply| Command::Current { key, reply }))
+    }
+
+    fn close(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let (reply, done) = oneshot::channel();
+            if self.commands.send(Command::Close { reply }).await.is_ok() {
+                let _ = done.await;
+            }
+            Ok(())
+        })
+    }
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+}
+
+/// The single owner of the SQLite connection.
+struct Writer {
+    connection: SqliteConnection,
+    max_batch: usize,
+    path: PathBuf,
+}
+
+impl Writer {
+    async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
+        let mut batch = Vec::with_capacity(self.max_batch);
+        while let Some(first) = receiver.recv().await {
+            batch.push(first);
+            while batch.len() < self.max_batch {
+                match receiver.try_recv() {
+                    Ok(command) => batch.push(command),
+                    Err(_) => break,
+                }
+            }
+            if let Some(close) = self.process(&mut batch).await {
+                receiver.close();
+                // Answer whatever raced in behind the close so no caller waits forever.
+                while let Ok(command) = receiver.try_recv() {
+                    refuse(command);
+                }
+                if let Err(e) = self.connection.close().await {
+                    tracing::warn!(path = %self.path.display(), error = %e, "closing the embedded store failed");
+                }
+                let _ = close.send(());
+                return;
+            }
+        }
+    }
+
+    /// Answers every command of `batch` (draining it); returns the reply of a close request.
+    async fn process(&mut self, batch: &mut Vec<Command>) -> Option<oneshot::Sender<()>> {
+        let keys: Vec<&str> = batch
+            .iter()
+            .filter_map(|c| match c {
+                Command::Advance { key, .. } | Command::Current { key, .. } => Some(key.as_str()),
+                Command::Close { .. } => None,
+            })
+            .collect();
+        let loaded = match load_marks(&mut self.connection, &keys).await {
+            Ok(marks) => marks,
+            Err(source) => {
+                tracing::error!(path = %self.path.display(), error = %source, "embedded store read failed");
+                return fail_all(batch, &Arc::new(source));
+            }
+        };
+        let mut marks: HashMap<String, u64> = loaded;
+        let mut raised: HashMap<String, u64> = HashMap::new();
+        let mut answers = Vec::with_capacity(batch.len());
+        let mut close = None;
+        for command in batch.drain(..) {
+            match command {
+                Command::Advance {
+                    key,
+                    token,
+                    compare,
+                    reply,
+                } => {
+                    let outcome = decide(marks.get(&key).copied(), token, compare);
+                    if let Advance::Accepted { previous } = outcome {
+                        if previous.is_none_or(|p| token > p) {
+                            marks.insert(key.clone(), token);
+                            raised.insert(key, token);
+                        }
+                    }
+                    answers.push((outcome, reply));
+                }
+                Command::Current { key, reply } => {
+                    let _ = reply.send(Ok(marks.get(&key).copied()));
+                }
+                Command::Close { reply } => close = Some(reply),
+            }
+        }
+        let written = if raised.is_empty() {
+            Ok(())
+        } else {
+            store_marks(&mut self.connection, &raised).await
+        };
+        match written {
+            Ok(()) => {
+                for (outcome, reply) in answers {
+                    let _ = reply.send(Ok(outcome));
+                }
+            }
+            Err(source) => {
+                tracing::error!(path = %self.path.display(), error = %source, "embedded store commit failed");
+                let source = Arc::new(source);
+                for (_, reply) in answers {
+                    let _ = reply.send(Err(backend_error(&source)));
+                }
+            }
+        }
+        close
+    }
+}
+
+/// Reads the marks of `keys` in one statement.
+async fn load_marks(
+    connection: &mut SqliteConnection,
+    keys: &[&str],
+) -> Result<HashMap<String, u64>, sqlx::Error> {
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut query = QueryBuilder::<Sqlite>::new("SELECT key, mark FROM fence_marks WHERE key IN (");
+    let mut list = query.separated(", ");
+    for key in keys {
+        list.push_bind(*key);
+    }
+    query.push(")");
+    let rows: Vec<(String, i64)> = query.build_query_as().fetch_all(connection).await?;
+    Ok(rows
+        .into_iter()
+        .map(|(key, mark)| (key, decode_mark(mark)))
+        .collect())
+}
+
+/// Raises the marks in `raised` with one statement, which SQLite commits (and fsyncs) as one
+/// transaction. The `WHERE` guard (an unsigned comparison of the stored bit patterns) keeps I3
+/// even if the file was changed behind the writer's back.
+async fn store_marks(
+    connection: &mut SqliteConnection,
+    raised: &HashMap<String, u64>,
+) -> Result<(), sqlx::Error> {
+    let mut tx = connection.begin().await?;
+    let mut query = QueryBuilder::<Sqlite>::new("INSERT INTO fence_marks (key, mark) ");
+    query.push_values(raised, |mut row, (key, mark)| {
+        row.push_bind(key.as_str()).push_bind(encode_mark(*mark));
+    });
+    query.push(
+        " ON CONFLICT (key) DO UPDATE SET mark = excluded.mark WHERE \
+         CASE WHEN (excluded.mark < 0) = (fence_marks.mark < 0) \
+              THEN excluded.mark > fence_marks.mark \
+              ELSE excluded.mark < 0 END",
+    );
+    query.build().execute(&mut *tx).await?;
+    tx.commit().await
+}
+
+/// SQLite integers are signed 64-bit: marks are stored bit for bit (`u64::MAX` reads back as -1).
+fn encode_mark(mark: u64) -> i64 {
+    i64::from_ne_bytes(mark.to_ne_bytes())
+}
+
+fn decode_mark(stored: i64) -> u64 {
+    u64::from_ne_bytes(stored.to_ne_bytes())
+}
+
+fn backend_error(source: &Arc<sqlx::Error>) -> StoreError {
+    StoreError::Backend {
+        backend: BACKEND,
+        source: Arc::clone(source),
+    }
+}
+
+fn fail_all(batch: &mut Vec<Command>, source: &Arc<sqlx::Error>) -> Option<oneshot::Sender<()>> {
+    let mut close = None;
+    for command in batch.drain(..) {
+        match command {
+            Command::Advance { reply, .. } => {
+                let _ = reply.send(Err(backend_error(source)));
+            }
+            Command::Current { reply, .. } => {
+                let _ = reply.send(Err(backend_error(source)));
+            }
+            Command::Close { reply } => close = Some(reply),
+        }
+    }
+    close
+}
+
+fn refuse(command: Command) {
+    match command {
+        Command::Advance { reply, .. } => {
+            let _ = reply.send(Err(StoreError::Closed));
+        }
+        Command::Current { reply, .. } => {
+            let _ = reply.send(Err(StoreError::Closed));
+        }
+        Command::Close { reply } => {
+            let _ = reply.send(());
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The fence store: durable high-water marks per resource key behind one trait (DESIGN §4), with
+//! one file per backend chosen by the `[store]` table.
+
+mod embedded;
+
+pub use embedded::EmbeddedStore;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::config::{Compare, StoreConfig};
+
+/// The future every store operation returns (boxed so that backends sit behind `dyn FenceStore`).
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// The answer to a compare-and-advance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advance {
+    /// The token passed; the mark is now at least the token and that is durable.
+    Accepted { previous: Option<u64> },
+    /// The token is below the mark (or equal, under `strict`); nothing changed.
+    Stale { current: u64 },
+}
+
+/// Durable high-water marks. Implementations must make an `Accepted` advance durable before
+/// returning it (I2) and must never lower a mark (I3).
+pub trait FenceStore: Send + Sync + 'static {
+    /// Atomically compares `token` with `key`'s mark and raises the mark when the token passes.
+    fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance>;
+    /// The key's mark, or `None` for a key never advanced.
+    fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>>;
+    /// Finishes pending work and releases the store; later calls fail with `StoreError::Closed`.
+    fn close(&self) -> StoreFuture<'_, ()>;
+    /// Short backend name for logs and metrics.
+    fn backend(&self) -> &'static str;
+}
+
+/// The comparison rule of DESIGN §2, shared by every backend.
+pub fn decide(mark: Option<u64>, token: u64, compare: Compare) -> Advance {
+    match mark {
+        None => Advance::Accepted { previous: None },
+        Some(current) => {
+            let passes = match compare {
+                Compare::Monotonic => token >= current,
+                Compare::Strict => token > current,
+            };
+            if passes {
+                Advance::Accepted {
+                    previous: Some(current),
+                }
+            } else {
+                Advance::Stale { current }
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("embedded store {path}: cannot open: {source}{hint}", hint = open_hint(.source))]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("embedded store {path}: cannot create its directory: {source}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{backend} store: {source}")]
+    Backend {
+        backend: &'static str,
+        /// Shared: one failed commit answers every request of its batch.
+        #[source]
+        source: Arc<sqlx::Error>,
+    },
+    #[error("the store is closed")]
+    Closed,
+}
+
+fn open_hint(source: &sqlx::Error) -> &'static str {
+    if source.to_string().contains("locked") {
+        " (is another fencegate process using this file? the embedded store is single-node)"
+    } else {
+        ""
+    }
+}
+
+/// Opens the backend the configuration names.
+pub async fn open(config: &StoreConfig) -> Result<Arc<dyn FenceStore>, StoreError> {
+    match config {
+        StoreConfig::Embedded(embedded) => Ok(Arc::new(
+            EmbeddedStore::open(&embedded.path, embedded.max_batch).await?,
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monotonic_accepts_equal_and_strict_does_not() {
+        assert_eq!(
+            decide(None, 0, Compare::Strict),
+            Advance::Accepted { previous: None }
+        );
+        assert_eq!(
+            decide(Some(5), 5, Compare::Monotonic),
+            Advance::Accepted { previous: Some(5) }
+        );
+        assert_eq!(
+            decide(Some(5), 5, Compare::Strict),
+            Advance::Stale { current: 5 }
+        );
+        assert_eq!(
+            decide(Some(5), 4, Compare::Monotonic),
+            Advance::Stale { current: 5 }
+        );
+        assert_eq!(
+            decide(Some(5), 6, Compare::Strict),
+            Advance::Accepted { previous: Some(5) }
+        );
+    }
+}

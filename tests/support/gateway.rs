@@ -1,0 +1,104 @@
+//! The real gateway, in process, on a real socket, with its embedded store in a temporary
+//! directory. Routes are given as TOML and go through the same loader as the binary's file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fencegate::route::CompiledRoute;
+use fencegate::store::FenceStore;
+use fencegate::App;
+use tokio::sync::oneshot;
+
+pub struct TestGateway {
+    pub addr: SocketAddr,
+    pub dir: PathBuf,
+    routes: Vec<(String, Arc<CompiledRoute>)>,
+    store: Arc<dyn FenceStore>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl TestGateway {
+    /// Starts a gateway with `routes_toml` (one or more `[[routes]]` tables) on a fresh store.
+    pub async fn start(routes_toml: &str) -> TestGateway {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = temp.path().to_owned();
+        let mut gateway = TestGateway::start_in(&dir, routes_toml).await;
+        gateway._temp = Some(temp);
+        gateway
+    }
+
+    /// Starts a gateway whose store lives in `dir` (reused across restarts).
+    pub async fn start_in(dir: &Path, routes_toml: &str) -> TestGateway {
+        let text = config_text(dir, "127.0.0.1:0", routes_toml);
+        let config = fencegate::config::parse_str(&text, Path::new("test.toml"))
+            .unwrap_or_else(|e| panic!("test config must load: {e}\n{text}"));
+        let names: Vec<String> = config.routes.iter().map(|r| r.name.clone()).collect();
+        let app = App::build(config).await.expect("gateway builds");
+        let routes = names
+            .into_iter()
+            .map(|n| {
+                let route = app.route(&n).expect("route exists");
+                (n, route)
+            })
+            .collect();
+        let store = app.store();
+        let listener = app.bind().await.expect("bind gateway");
+        let addr = listener.local_addr().expect("gateway address");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(app.serve(listener, async {
+            let _ = stopped.await;
+        }));
+        TestGateway {
+            addr,
+            dir: dir.to_owned(),
+            routes,
+            store,
+            stop: Some(stop),
+            task,
+            _temp: None,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn route(&self, name: &str) -> &CompiledRoute {
+        &self
+            .routes
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("route")
+            .1
+    }
+
+    pub fn store(&self) -> &dyn FenceStore {
+        self.store.as_ref()
+    }
+
+    /// Stops serving, drains, and closes the store.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await.expect("gateway task");
+    }
+}
+
+/// A whole configuration file around `routes_toml`, storing marks under `dir`.
+pub fn config_text(dir: &Path, listen: &str, routes_toml: &str) -> String {
+    format!(
+        "[server]\nlisten = \"{listen}\"\nshutdown_grace = \"5s\"\n\n[store]\nbackend = \"embedded\"\npath = \"{}\"\n\n{routes_toml}\n",
+        dir.join("fencegate.db").display()
+    )
+}
+
+/// A fenced route named `name` at `/{name}/{{id}}` with key `{name}:{{id}}`.
+pub fn fenced_route(name: &str, upstream: &str, mode: &str, compare: &str) -> String {
+    format!(
+        "[[routes]]\nname = \"{name}\"\npath = \"/{name}/{{id}}\"\nupstream = \"{upstream}\"\nresource_key = \"{name}:{{id}}\"\ntimeout = \"2s\"\n\n[routes.fence]\nmode = \"{mode}\"\ncompare = \"{compare}\"\n\n"
+    )
+}

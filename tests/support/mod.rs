@@ -1,0 +1,13 @@
+//! Shared helpers for the integration tests: a recording upstream, an in-process gateway, the real
+//! binary as a child process, and a small HTTP client.
+#![allow(dead_code, unused_imports)] // each test crate uses a different subset
+
+pub mod client;
+pub mod gateway;
+pub mod process;
+pub mod upstream;
+
+pub use client::{send, send_h2, Reply};
+pub use gateway::TestGateway;
+pub use process::GatewayProcess;
+pub use upstream::{Behavior, RecordingUpstream, Seen};

@@ -1,0 +1,105 @@
+//! The real `fencegate` binary as a child process, for what only a process can show: surviving
+//! `kill -9`, exit codes, and resident memory.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a started binary may take to accept connections.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct GatewayProcess {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_fencegate")
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind probe");
+    listener.local_addr().expect("probe address")
+}
+
+impl GatewayProcess {
+    /// Writes a config with `routes_toml` and the store under `dir`, and starts `fencegate serve`.
+    pub fn start(dir: &Path, routes_toml: &str) -> GatewayProcess {
+        let addr = free_port();
+        let text = super::gateway::config_text(dir, &addr.to_string(), routes_toml);
+        let config = dir.join("fencegate.toml");
+        std::fs::write(&config, text).expect("write config");
+        let child = Command::new(binary())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start fencegate");
+        let mut process = GatewayProcess { child, addr };
+        process.wait_until_listening();
+        process
+    }
+
+    fn wait_until_listening(&mut self) {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        while Instant::now() < deadline {
+            if TcpStream::connect(self.addr).is_ok() {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("fencegate exited during start-up: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "fencegate did not listen on {} within {STARTUP_TIMEOUT:?}",
+            self.addr
+        );
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL: no chance to flush or clean up.
+    pub fn kill_9(mut self) {
+        self.child.kill().expect("kill -9");
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then the exit status of the graceful shutdown.
+    pub fn terminate(mut self) -> ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+        self.child.wait().expect("wait for fencegate")
+    }
+
+    /// A field of /proc/PID/status in KiB (`VmRSS`, `VmHWM`).
+    pub fn memory_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("read /proc status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("{field} not in /proc status"))
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

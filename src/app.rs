@@ -34,19 +34,30 @@ pub struct App {
 }
 
 impl App {
+    /// Compiles the routes and opens the store the configuration names.
     pub async fn build(config: Config) -> Result<App, StartError> {
-        let routes = Arc::new(RouteTable::compile(&config.routes).map_err(StartError::Route)?);
+        let routes = RouteTable::compile(&config.routes).map_err(StartError::Route)?;
         let store = store::open(&config.store).await?;
         tracing::info!(
             backend = store.backend(),
             routes = config.routes.len(),
             "store open"
         );
-        Ok(App {
+        Ok(App::assemble(config, routes, store))
+    }
+
+    /// Like [`App::build`], but on a store the caller opened (the `[store]` table is ignored).
+    pub fn with_store(config: Config, store: Arc<dyn FenceStore>) -> Result<App, StartError> {
+        let routes = RouteTable::compile(&config.routes).map_err(StartError::Route)?;
+        Ok(App::assemble(config, routes, store))
+    }
+
+    fn assemble(config: Config, routes: RouteTable, store: Arc<dyn FenceStore>) -> App {
+        App {
             config,
-            routes,
+            routes: Arc::new(routes),
             store,
-        })
+        }
     }
 
     /// A compiled route, for reading its counters.

@@ -32,11 +32,30 @@ impl TestGateway {
 
     /// Starts a gateway whose store lives in `dir` (reused across restarts).
     pub async fn start_in(dir: &Path, routes_toml: &str) -> TestGateway {
+        TestGateway::start_on(dir, routes_toml, None).await
+    }
+
+    /// Starts a gateway on a store the test made (a failing or stalling one, say).
+    pub async fn start_with_store(routes_toml: &str, store: Arc<dyn FenceStore>) -> TestGateway {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let mut gateway = TestGateway::start_on(temp.path(), routes_toml, Some(store)).await;
+        gateway._temp = Some(temp);
+        gateway
+    }
+
+    async fn start_on(
+        dir: &Path,
+        routes_toml: &str,
+        store: Option<Arc<dyn FenceStore>>,
+    ) -> TestGateway {
         let text = config_text(dir, "127.0.0.1:0", routes_toml);
         let config = fencegate::config::parse_str(&text, Path::new("test.toml"))
             .unwrap_or_else(|e| panic!("test config must load: {e}\n{text}"));
         let names: Vec<String> = config.routes.iter().map(|r| r.name.clone()).collect();
-        let app = App::build(config).await.expect("gateway builds");
+        let app = match store {
+            Some(store) => App::with_store(config, store).expect("gateway builds"),
+            None => App::build(config).await.expect("gateway builds"),
+        };
         let routes = names
             .into_iter()
             .map(|n| {

@@ -1,0 +1,32 @@
+# fencegate container image: a static-enough release binary on a slim Debian base, run as a
+# non-root user, with the embedded store by default.
+#
+#   docker build -t fencegate .
+#   docker run -p 8080:8080 -v fencegate-data:/var/lib/fencegate \
+#     -v "$PWD/my.toml:/etc/fencegate/fencegate.toml:ro" fencegate
+#
+# The configuration is read from /etc/fencegate/fencegate.toml (config/docker.toml by default);
+# the embedded store lives in the volume /var/lib/fencegate.
+
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+# Cargo.toml declares the bench and example targets, so their sources must be present.
+COPY benches ./benches
+COPY examples ./examples
+# No debug info in the image (the release profile keeps some for profiling).
+ENV CARGO_PROFILE_RELEASE_DEBUG=0
+RUN cargo build --release --locked --bin fencegate
+
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/fencegate --no-create-home fencegate \
+    && mkdir -p /var/lib/fencegate /etc/fencegate \
+    && chown fencegate:fencegate /var/lib/fencegate
+COPY --from=build /src/target/release/fencegate /usr/local/bin/fencegate
+COPY config/docker.toml /etc/fencegate/fencegate.toml
+USER 10001:10001
+VOLUME ["/var/lib/fencegate"]
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/fencegate"]
+CMD ["serve", "--config", "/etc/fencegate/fencegate.toml"]

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Makes sure the local PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) used by the store
+# tests are running, starting them when they are installed but stopped. Prints what it finds;
+# a service that is not installed is reported, and the tests that need it will fail clearly.
+set -u
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() {
+  for _ in $(seq 1 50); do port_open "$1" && return 0; sleep 0.2; done
+  return 1
+}
+
+if port_open 5432; then
+  echo "postgres: up"
+elif command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
+  echo "postgres: starting"
+  for version in $(ls /etc/postgresql); do
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  done
+  wait_port 5432 && echo "postgres: up" || echo "postgres: did not come up"
+else
+  echo "postgres: not installed"
+fi
+
+if port_open 6379; then
+  echo "redis: up"
+elif command -v redis-server >/dev/null 2>&1; then
+  echo "redis: starting"
+  mkdir -p /var/lib/redis /var/log/redis 2>/dev/null || true
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
+  wait_port 6379 && echo "redis: up" || echo "redis: did not come up"
+else
+  echo "redis: not installed"
+fi
+exit 0

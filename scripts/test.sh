@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit tests, integration tests over real sockets (which start their
-# own upstreams and gateways) and doc tests. Starts the local database services first.
+# own upstreams and gateways) and doc tests. Starts the local database services first, and ends
+# with one line totalling every test binary's results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 scripts/ensure-services.sh
-cargo test --locked "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --locked "$@" 2>&1 | tee "$log" || status=$?
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "total: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"

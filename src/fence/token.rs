@@ -31,6 +31,14 @@ pub fn read_fence_header(headers: &HeaderMap, name: &HeaderName) -> Result<u64, 
 /// Parses a field value as a token. Leading and trailing whitespace is not part of a field value
 /// (RFC 9110 §5.5) and is ignored; anything else that is not an ASCII digit — a sign, an inner
 /// space, a comma joining two values — is refused, as is a value above `u64::MAX`.
+///
+/// ```
+/// use fencegate::fence::{parse_fence_token, TokenError};
+///
+/// assert_eq!(parse_fence_token(b"34"), Ok(34));
+/// assert_eq!(parse_fence_token(b"+34"), Err(TokenError::NotDecimal));
+/// assert_eq!(parse_fence_token(b"18446744073709551616"), Err(TokenError::Overflow));
+/// ```
 pub fn parse_fence_token(value: &[u8]) -> Result<u64, TokenError> {
     let value = value.trim_ascii();
     if value.is_empty() {

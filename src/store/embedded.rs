@@ -158,7 +158,9 @@ impl Writer {
                 receiver.close();
                 // Answer whatever raced in behind the close so no caller waits forever.
                 while let Ok(command) = receiver.try_recv() {
-                    refuse(command);
+                    if let Some(other_close) = fail(command, || StoreError::Closed) {
+                        let _ = other_close.send(());
+                    }
                 }
                 if let Err(e) = self.connection.close().await {
                     tracing::warn!(path = %self.path.display(), error = %e, "closing the embedded store failed");
@@ -182,7 +184,13 @@ impl Writer {
             Ok(marks) => marks,
             Err(source) => {
                 tracing::error!(path = %self.path.display(), error = %source, "embedded store read failed");
-                return fail_all(batch, &Arc::new(source));
+                let source = Arc::new(source);
+                let error = || backend_error(&source);
+                let mut close = None;
+                for command in batch.drain(..) {
+                    close = fail(command, error).or(close);
+                }
+                return close;
             }
         };
         let mut marks: HashMap<String, u64> = loaded;
@@ -294,32 +302,16 @@ fn backend_error(source: &Arc<sqlx::Error>) -> StoreError {
     }
 }
 
-fn fail_all(batch: &mut Vec<Command>, source: &Arc<sqlx::Error>) -> Option<oneshot::Sender<()>> {
-    let mut close = None;
-    for command in batch.drain(..) {
-        match command {
-            Command::Advance { reply, .. } => {
-                let _ = reply.send(Err(backend_error(source)));
-            }
-            Command::Current { reply, .. } => {
-                let _ = reply.send(Err(backend_error(source)));
-            }
-            Command::Close { reply } => close = Some(reply),
-        }
-    }
-    close
-}
-
-fn refuse(command: Command) {
+/// Answers `command` with `error()`; a close request is handed back to the caller instead.
+fn fail(command: Command, error: impl Fn() -> StoreError) -> Option<oneshot::Sender<()>> {
     match command {
         Command::Advance { reply, .. } => {
-            let _ = reply.send(Err(StoreError::Closed));
+            let _ = reply.send(Err(error()));
         }
         Command::Current { reply, .. } => {
-            let _ = reply.send(Err(StoreError::Closed));
+            let _ = reply.send(Err(error()));
         }
-        Command::Close { reply } => {
-            let _ = reply.send(());
-        }
+        Command::Close { reply } => return Some(reply),
     }
+    None
 }

@@ -38,6 +38,14 @@ pub trait FenceStore: Send + Sync + 'static {
 }
 
 /// The comparison rule of DESIGN §2, shared by every backend.
+///
+/// ```
+/// use fencegate::config::Compare;
+/// use fencegate::store::{decide, Advance};
+///
+/// assert_eq!(decide(Some(7), 7, Compare::Monotonic), Advance::Accepted { previous: Some(7) });
+/// assert_eq!(decide(Some(7), 7, Compare::Strict), Advance::Stale { current: 7 });
+/// ```
 pub fn decide(mark: Option<u64>, token: u64, compare: Compare) -> Advance {
     match mark {
         None => Advance::Accepted { previous: None },

@@ -28,7 +28,7 @@ const DEFAULT_SECS: f64 = 2.0;
 /// Runs per configuration; the table reports the median throughput.
 const REPEATS: usize = 3;
 /// `max_batch` of the group-commit configuration: the shipped default.
-const GROUP_COMMIT_BATCH: usize = fencegate::config::DEFAULT_EMBEDDED_MAX_BATCH;
+const GROUP_COMMIT_BATCH: usize = fencegate::config::DEFAULT_MAX_BATCH;
 
 /// The configurations of the table, in order: (label, max_batch, concurrency).
 const CONFIGURATIONS: [(&str, usize, usize); 6] = [

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencegate::config::Compare;
-use fencegate::store::{Advance, FenceStore, StoreError, StoreFuture};
+use fencegate::store::{Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use support::{send, Behavior, RecordingUpstream, TestGateway};
 
 /// A store whose every operation fails.
@@ -18,6 +18,9 @@ impl FenceStore for FailingStore {
         Box::pin(async { Err(StoreError::Closed) })
     }
     fn current(&self, _: &str) -> StoreFuture<'_, Option<u64>> {
+        Box::pin(async { Err(StoreError::Closed) })
+    }
+    fn identity(&self) -> StoreFuture<'_, StoreIdentity> {
         Box::pin(async { Err(StoreError::Closed) })
     }
     fn close(&self) -> StoreFuture<'_, ()> {
@@ -36,6 +39,9 @@ impl FenceStore for StallingStore {
         Box::pin(std::future::pending())
     }
     fn current(&self, _: &str) -> StoreFuture<'_, Option<u64>> {
+        Box::pin(std::future::pending())
+    }
+    fn identity(&self) -> StoreFuture<'_, StoreIdentity> {
         Box::pin(std::future::pending())
     }
     fn close(&self) -> StoreFuture<'_, ()> {

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, StoreConfig};
 use crate::route::RouteTable;
 
 /// Reads, parses and validates the file at `path`.
@@ -31,14 +31,43 @@ fn validate(config: &Config, origin: &Path) -> Result<(), ConfigError> {
         field: e.field.to_owned(),
         message: e.message,
     })?;
-    let crate::config::StoreConfig::Embedded(embedded) = &config.store;
-    if embedded.max_batch == 0 {
-        return Err(ConfigError::Invalid {
-            file: origin.to_owned(),
-            route: None,
-            field: "store.max_batch".to_owned(),
-            message: "must be at least 1".to_owned(),
-        });
+    let store_error = |field: &str, message: &str| ConfigError::Invalid {
+        file: origin.to_owned(),
+        route: None,
+        field: format!("store.{field}"),
+        message: message.to_owned(),
+    };
+    if config.store.max_batch() == 0 {
+        return Err(store_error("max_batch", "must be at least 1"));
+    }
+    match &config.store {
+        StoreConfig::Postgres(pg) => {
+            let valid = !pg.schema.is_empty()
+                && pg.schema.len() <= 63
+                && pg
+                    .schema
+                    .starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+                && pg
+                    .schema
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if !valid {
+                return Err(store_error(
+                    "schema",
+                    "must be a lower-case identifier: letters, digits, '_', at most 63 bytes",
+                ));
+            }
+            if pg.max_connections == 0 {
+                return Err(store_error("max_connections", "must be at least 1"));
+            }
+        }
+        StoreConfig::Redis(redis) if redis.key_prefix.is_empty() => {
+            return Err(store_error(
+                "key_prefix",
+                "must not be empty: fencegate's keys must be told apart",
+            ));
+        }
+        _ => {}
     }
     Ok(())
 }

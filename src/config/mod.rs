@@ -25,8 +25,17 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// Where the embedded store lives when the file names no path (relative to the working directory).
 pub const DEFAULT_EMBEDDED_PATH: &str = "data/fencegate.db";
-/// Most advances committed by one embedded transaction (one fsync): bounds the latency a batch adds.
-pub const DEFAULT_EMBEDDED_MAX_BATCH: usize = 512;
+/// Most advances sent to the store together (one embedded commit and fsync, one PostgreSQL
+/// statement, one Redis pipeline): bounds the latency a batch adds.
+pub const DEFAULT_MAX_BATCH: usize = 512;
+/// Keys whose mark the per-process lower-bound cache keeps: about 100 bytes each, ~10 MiB in all.
+pub const DEFAULT_CACHE_CAPACITY: usize = 100_000;
+/// The PostgreSQL schema fencegate's tables live in unless the file names another.
+pub const DEFAULT_POSTGRES_SCHEMA: &str = "fencegate";
+/// Connections in the PostgreSQL pool of one gateway.
+pub const DEFAULT_POSTGRES_MAX_CONNECTIONS: u32 = 16;
+/// Prefix of fencegate's Redis keys unless the file names another.
+pub const DEFAULT_REDIS_KEY_PREFIX: &str = "fencegate:";
 /// The methods a route fences when it lists none: the unsafe ones of RFC 9110 §9.2.1.
 pub const DEFAULT_FENCED_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
 
@@ -55,6 +64,37 @@ pub struct ServerConfig {
 #[serde(tag = "backend", rename_all = "lowercase", deny_unknown_fields)]
 pub enum StoreConfig {
     Embedded(EmbeddedStoreConfig),
+    Postgres(PostgresStoreConfig),
+    Redis(RedisStoreConfig),
+}
+
+impl StoreConfig {
+    /// The short backend name used in logs and metrics.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            StoreConfig::Embedded(_) => "embedded",
+            StoreConfig::Postgres(_) => "postgres",
+            StoreConfig::Redis(_) => "redis",
+        }
+    }
+
+    /// How many keys the per-process lower-bound cache holds.
+    pub fn cache_capacity(&self) -> usize {
+        match self {
+            StoreConfig::Embedded(c) => c.cache_capacity,
+            StoreConfig::Postgres(c) => c.cache_capacity,
+            StoreConfig::Redis(c) => c.cache_capacity,
+        }
+    }
+
+    /// Most advances sent to the store in one round trip / one commit.
+    pub fn max_batch(&self) -> usize {
+        match self {
+            StoreConfig::Embedded(c) => c.max_batch,
+            StoreConfig::Postgres(c) => c.max_batch,
+            StoreConfig::Redis(c) => c.max_batch,
+        }
+    }
 }
 
 impl Default for StoreConfig {
@@ -69,17 +109,56 @@ impl Default for StoreConfig {
 pub struct EmbeddedStoreConfig {
     #[serde(default = "default_embedded_path")]
     pub path: PathBuf,
-    #[serde(default = "default_embedded_max_batch")]
+    #[serde(default = "default_max_batch")]
     pub max_batch: usize,
+    #[serde(default = "default_cache_capacity")]
+    pub cache_capacity: usize,
 }
 
 impl Default for EmbeddedStoreConfig {
     fn default() -> Self {
         EmbeddedStoreConfig {
             path: default_embedded_path(),
-            max_batch: DEFAULT_EMBEDDED_MAX_BATCH,
+            max_batch: DEFAULT_MAX_BATCH,
+            cache_capacity: DEFAULT_CACHE_CAPACITY,
         }
     }
+}
+
+/// `[store] backend = "postgres"`: marks shared by every replica, advanced by one conditional
+/// statement per batch.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresStoreConfig {
+    /// e.g. `postgres://postgres@127.0.0.1:5432/test`
+    pub url: String,
+    /// The schema holding fencegate's tables (created by the migrations).
+    #[serde(default = "default_postgres_schema")]
+    pub schema: String,
+    #[serde(default = "default_postgres_max_connections")]
+    pub max_connections: u32,
+    #[serde(default = "default_max_batch")]
+    pub max_batch: usize,
+    #[serde(default = "default_cache_capacity")]
+    pub cache_capacity: usize,
+}
+
+/// `[store] backend = "redis"`: marks in Redis, advanced by a server-side script.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisStoreConfig {
+    /// e.g. `redis://127.0.0.1:6379`
+    pub url: String,
+    /// Prefix of every Redis key fencegate writes.
+    #[serde(default = "default_redis_key_prefix")]
+    pub key_prefix: String,
+    /// Refuse to start when the server's persistence settings would lose marks on a restart.
+    #[serde(default)]
+    pub require_durable: bool,
+    #[serde(default = "default_max_batch")]
+    pub max_batch: usize,
+    #[serde(default = "default_cache_capacity")]
+    pub cache_capacity: usize,
 }
 
 /// `[[routes]]`: one path pattern in front of one upstream.
@@ -170,6 +249,18 @@ fn default_fence_header() -> String {
 fn default_embedded_path() -> PathBuf {
     PathBuf::from(DEFAULT_EMBEDDED_PATH)
 }
-fn default_embedded_max_batch() -> usize {
-    DEFAULT_EMBEDDED_MAX_BATCH
+fn default_max_batch() -> usize {
+    DEFAULT_MAX_BATCH
+}
+fn default_cache_capacity() -> usize {
+    DEFAULT_CACHE_CAPACITY
+}
+fn default_postgres_schema() -> String {
+    DEFAULT_POSTGRES_SCHEMA.to_owned()
+}
+fn default_postgres_max_connections() -> u32 {
+    DEFAULT_POSTGRES_MAX_CONNECTIONS
+}
+fn default_redis_key_prefix() -> String {
+    DEFAULT_REDIS_KEY_PREFIX.to_owned()
 }

@@ -17,7 +17,7 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions as _, Connection as _, QueryBuilder, Sqlite};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{decide, Advance, FenceStore, StoreError, StoreFuture};
+use super::{decide, new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use crate::config::Compare;
 
 const BACKEND: &str = "embedded";
@@ -30,6 +30,10 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS fence_marks (
     key  TEXT    PRIMARY KEY NOT NULL,
     mark INTEGER NOT NULL  -- the u64 mark, stored bit for bit as SQLite's signed 64-bit integer
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fencegate_meta (
+    name  TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL
 ) WITHOUT ROWID;
 ";
 
@@ -48,6 +52,9 @@ enum Command {
     Current {
         key: String,
         reply: oneshot::Sender<Result<Option<u64>, StoreError>>,
+    },
+    Identity {
+        reply: oneshot::Sender<Result<StoreIdentity, StoreError>>,
     },
     Close {
         reply: oneshot::Sender<()>,
@@ -121,6 +128,10 @@ impl FenceStore for EmbeddedStore {
         Box::pin(self.request(move |reply| Command::Current { key, reply }))
     }
 
+    fn identity(&self) -> StoreFuture<'_, StoreIdentity> {
+        Box::pin(self.request(|reply| Command::Identity { reply }))
+    }
+
     fn close(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             let (reply, done) = oneshot::channel();
@@ -177,7 +188,7 @@ impl Writer {
             .iter()
             .filter_map(|c| match c {
                 Command::Advance { key, .. } | Command::Current { key, .. } => Some(key.as_str()),
-                Command::Close { .. } => None,
+                Command::Identity { .. } | Command::Close { .. } => None,
             })
             .collect();
         let loaded = match load_marks(&mut self.connection, &keys).await {
@@ -216,6 +227,12 @@ impl Writer {
                 }
                 Command::Current { key, reply } => {
                     let _ = reply.send(Ok(marks.get(&key).copied()));
+                }
+                Command::Identity { reply } => {
+                    let identity = identity(&mut self.connection)
+                        .await
+                        .map_err(|source| backend_error(&Arc::new(source)));
+                    let _ = reply.send(identity);
                 }
                 Command::Close { reply } => close = Some(reply),
             }
@@ -286,6 +303,24 @@ async fn store_marks(
     query.build().execute(connection).await.map(|_| ())
 }
 
+/// Reads the store's id, writing a new one when there is none.
+async fn identity(connection: &mut SqliteConnection) -> Result<StoreIdentity, sqlx::Error> {
+    let fresh = new_store_id();
+    let inserted = sqlx::query("INSERT INTO fencegate_meta (name, value) VALUES ('store_id', ?) ON CONFLICT (name) DO NOTHING")
+        .bind(&fresh)
+        .execute(&mut *connection)
+        .await?
+        .rows_affected();
+    let (id,): (String,) =
+        sqlx::query_as("SELECT value FROM fencegate_meta WHERE name = 'store_id'")
+            .fetch_one(connection)
+            .await?;
+    Ok(StoreIdentity {
+        id,
+        created: inserted == 1,
+    })
+}
+
 /// SQLite integers are signed 64-bit: marks are stored bit for bit (`u64::MAX` reads back as -1).
 fn encode_mark(mark: u64) -> i64 {
     i64::from_ne_bytes(mark.to_ne_bytes())
@@ -298,7 +333,7 @@ fn decode_mark(stored: i64) -> u64 {
 fn backend_error(source: &Arc<sqlx::Error>) -> StoreError {
     StoreError::Backend {
         backend: BACKEND,
-        source: Arc::clone(source),
+        source: Arc::clone(source) as Arc<dyn std::error::Error + Send + Sync>,
     }
 }
 
@@ -309,6 +344,9 @@ fn fail(command: Command, error: impl Fn() -> StoreError) -> Option<oneshot::Sen
             let _ = reply.send(Err(error()));
         }
         Command::Current { reply, .. } => {
+            let _ = reply.send(Err(error()));
+        }
+        Command::Identity { reply } => {
             let _ = reply.send(Err(error()));
         }
         Command::Close { reply } => return Some(reply),

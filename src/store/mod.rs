@@ -24,6 +24,19 @@ pub enum Advance {
     Stale { current: u64 },
 }
 
+/// What [`FenceStore::identity`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreIdentity {
+    pub id: String,
+    /// Whether this call created the record (the store had none).
+    pub created: bool,
+}
+
+/// A fresh random store id.
+pub fn new_store_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
 /// Durable high-water marks. Implementations must make an `Accepted` advance durable before
 /// returning it (I2) and must never lower a mark (I3).
 pub trait FenceStore: Send + Sync + 'static {
@@ -31,6 +44,10 @@ pub trait FenceStore: Send + Sync + 'static {
     fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance>;
     /// The key's mark, or `None` for a key never advanced.
     fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>>;
+    /// The store's identity record — a random id written the first time any gateway used the
+    /// store — created when absent. A store that lost its data (a wiped Redis, a dropped table, a
+    /// new file) comes back with a new id, which is how a gateway notices it (DESIGN §4).
+    fn identity(&self) -> StoreFuture<'_, StoreIdentity>;
     /// Finishes pending work and releases the store; later calls fail with `StoreError::Closed`.
     fn close(&self) -> StoreFuture<'_, ()>;
     /// Short backend name for logs and metrics.
@@ -82,9 +99,14 @@ pub enum StoreError {
     #[error("{backend} store: {source}")]
     Backend {
         backend: &'static str,
-        /// Shared: one failed commit answers every request of its batch.
+        /// Shared: one failed round trip answers every request of its batch.
         #[source]
-        source: Arc<sqlx::Error>,
+        source: Arc<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("{backend} store: {detail}")]
+    Setup {
+        backend: &'static str,
+        detail: String,
     },
     #[error("the store is closed")]
     Closed,
@@ -104,6 +126,10 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn FenceStore>, StoreErro
         StoreConfig::Embedded(embedded) => Ok(Arc::new(
             EmbeddedStore::open(&embedded.path, embedded.max_batch).await?,
         )),
+        StoreConfig::Postgres(_) | StoreConfig::Redis(_) => Err(StoreError::Setup {
+            backend: config.backend(),
+            detail: "this backend is not built yet".to_owned(),
+        }),
     }
 }
 

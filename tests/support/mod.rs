@@ -3,6 +3,7 @@
 #![allow(dead_code, unused_imports)] // each test crate uses a different subset
 
 pub mod client;
+pub mod contract;
 pub mod gateway;
 pub mod process;
 pub mod upstream;

@@ -12,6 +12,8 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+# PostgreSQL migrations are embedded in the binary at build time.
+COPY migrations ./migrations
 # Cargo.toml declares the bench and example targets, so their sources must be present.
 COPY benches ./benches
 COPY examples ./examples

@@ -29,6 +29,12 @@ enum Command {
         /// The configuration file (TOML).
         file: PathBuf,
     },
+    /// Create the store's schema and apply pending migrations (PostgreSQL), then exit.
+    Migrate {
+        /// The configuration file (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -52,6 +58,45 @@ fn main() -> ExitCode {
             }
         },
         Command::Serve { config } => serve(&config),
+        Command::Migrate { config } => migrate(&config),
+    }
+}
+
+fn migrate(path: &std::path::Path) -> ExitCode {
+    let config = match fencegate::config::load_file(path) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let fencegate::config::StoreConfig::Postgres(postgres) = &config.store else {
+        println!(
+            "{}: the {} store creates its schema when it opens; nothing to migrate",
+            path.display(),
+            config.store.backend()
+        );
+        return ExitCode::SUCCESS;
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(fencegate::store::migrate_postgres(postgres)) {
+        Ok(()) => {
+            println!("schema {} is up to date", postgres.schema);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -2,8 +2,10 @@
 //! one file per backend chosen by the `[store]` table.
 
 mod embedded;
+mod postgres;
 
 pub use embedded::EmbeddedStore;
+pub use postgres::{migrate as migrate_postgres, PostgresStore};
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -126,7 +128,8 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn FenceStore>, StoreErro
         StoreConfig::Embedded(embedded) => Ok(Arc::new(
             EmbeddedStore::open(&embedded.path, embedded.max_batch).await?,
         )),
-        StoreConfig::Postgres(_) | StoreConfig::Redis(_) => Err(StoreError::Setup {
+        StoreConfig::Postgres(postgres) => Ok(Arc::new(PostgresStore::open(postgres).await?)),
+        StoreConfig::Redis(_) => Err(StoreError::Setup {
             backend: config.backend(),
             detail: "this backend is not built yet".to_owned(),
         }),

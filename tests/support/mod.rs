@@ -5,6 +5,7 @@
 pub mod client;
 pub mod contract;
 pub mod gateway;
+pub mod postgres;
 pub mod process;
 pub mod upstream;
 

@@ -1,0 +1,346 @@
+//! The PostgreSQL backend: marks shared by every gateway replica. Concurrent advances are batched
+//! into one `INSERT … ON CONFLICT DO UPDATE` over arrays per round trip; each key's check and write
+//! are one atomic step of that statement, durable (synchronous_commit) when it returns.
+//!
+//! Within one batch a key appears once, with the largest token asked for it: the requests of a
+//! batch were all in flight at once, so ordering them by token is a valid linearization, and the
+//! statement's `previous_mark` tells where that order starts.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::ConnectOptions as _;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use super::{decide, new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
+use crate::config::{Compare, PostgresStoreConfig};
+
+const BACKEND: &str = "postgres";
+/// Requests that may queue for a batch before callers wait (their store timeout still runs).
+const COMMAND_QUEUE: usize = 16 * 1024;
+/// How long opening (and each later connection attempt) may take before it counts as a failure.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// The batched compare-and-advance: one row per key, the previous mark returned by the same
+/// atomic update that raises it.
+const ADVANCE_SQL: &str = "
+INSERT INTO fence_marks AS m (key, mark, previous_mark)
+SELECT key, token, NULL FROM unnest($1::text[], $2::bigint[]) AS input(key, token)
+ON CONFLICT (key) DO UPDATE
+    SET previous_mark = m.mark, mark = GREATEST(m.mark, excluded.mark)
+RETURNING m.key, m.mark, m.previous_mark";
+
+pub struct PostgresStore {
+    pool: PgPool,
+    advances: mpsc::Sender<AdvanceRequest>,
+}
+
+struct AdvanceRequest {
+    key: String,
+    token: u64,
+    compare: Compare,
+    reply: oneshot::Sender<Result<Advance, StoreError>>,
+}
+
+impl PostgresStore {
+    /// Connects, creates the schema and runs the migrations, and starts the batching task.
+    pub async fn open(config: &PostgresStoreConfig) -> Result<PostgresStore, StoreError> {
+        let pool = connect(config).await?;
+        migrate_pool(&pool, &config.schema).await?;
+        let (advances, requests) = mpsc::channel(COMMAND_QUEUE);
+        let batcher = Batcher {
+            pool: pool.clone(),
+            max_batch: config.max_batch.max(1),
+            in_flight: Arc::new(Semaphore::new(config.max_connections.max(1) as usize)),
+        };
+        tokio::spawn(batcher.run(requests));
+        Ok(PostgresStore { pool, advances })
+    }
+}
+
+/// Creates the schema and applies pending migrations (what `fencegate migrate` runs).
+pub async fn migrate(config: &PostgresStoreConfig) -> Result<(), StoreError> {
+    let pool = connect(config).await?;
+    let result = migrate_pool(&pool, &config.schema).await;
+    pool.close().await;
+    result
+}
+
+async fn connect(config: &PostgresStoreConfig) -> Result<PgPool, StoreError> {
+    let setup = |detail: String| StoreError::Setup {
+        backend: BACKEND,
+        detail,
+    };
+    let options: PgConnectOptions = config.url.parse().map_err(|e| {
+        setup(format!(
+            "{}: not a PostgreSQL URL: {e}",
+            redacted(&config.url)
+        ))
+    })?;
+    // Unqualified table names resolve to fencegate's schema on every pooled connection.
+    let options = options
+        .options([("search_path", config.schema.as_str())])
+        .log_statements(tracing::log::LevelFilter::Trace);
+    let pool = PgPoolOptions::new()
+        .max_connections(config.max_connections.max(1))
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .connect_with(options)
+        .await
+        .map_err(|e| setup(format!("{}: cannot connect: {e}", redacted(&config.url))))?;
+    // The schema is validated as a plain identifier when the configuration loads.
+    sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {}", config.schema))
+        .execute(&pool)
+        .await
+        .map_err(|e| setup(format!("cannot create schema {}: {e}", config.schema)))?;
+    Ok(pool)
+}
+
+async fn migrate_pool(pool: &PgPool, schema: &str) -> Result<(), StoreError> {
+    MIGRATOR.run(pool).await.map_err(|e| StoreError::Setup {
+        backend: BACKEND,
+        detail: format!("migrating schema {schema}: {e}"),
+    })
+}
+
+/// The URL without its password, for messages.
+fn redacted(url: &str) -> String {
+    match url.parse::<http::Uri>() {
+        Ok(uri)
+            if uri
+                .authority()
+                .is_some_and(|a| a.as_str().contains(':') && a.as_str().contains('@')) =>
+        {
+            let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
+            let (user, host) = authority.split_once('@').unwrap_or(("", authority));
+            let user = user.split(':').next().unwrap_or_default();
+            url.replacen(authority, &format!("{user}:***@{host}"), 1)
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl FenceStore for PostgresStore {
+    fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            let (reply, answer) = oneshot::channel();
+            let request = AdvanceRequest {
+                key,
+                token,
+                compare,
+                reply,
+            };
+            self.advances
+                .send(request)
+                .await
+                .map_err(|_| StoreError::Closed)?;
+            answer.await.map_err(|_| StoreError::Closed)?
+        })
+    }
+
+    fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            let row: Option<(i64,)> = sqlx::query_as("SELECT mark FROM fence_marks WHERE key = $1")
+                .bind(&key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(backend_error)?;
+            Ok(row.map(|(mark,)| decode_mark(mark)))
+        })
+    }
+
+    fn identity(&self) -> StoreFuture<'_, StoreIdentity> {
+        Box::pin(async move {
+            let inserted = sqlx::query(
+                "INSERT INTO fencegate_meta (name, value) VALUES ('store_id', $1) ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(new_store_id())
+            .execute(&self.pool)
+            .await
+            .map_err(backend_error)?
+            .rows_affected();
+            let (id,): (String,) =
+                sqlx::query_as("SELECT value FROM fencegate_meta WHERE name = 'store_id'")
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(backend_error)?;
+            Ok(StoreIdentity {
+                id,
+                created: inserted == 1,
+            })
+        })
+    }
+
+    fn close(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            // Closing the pool makes the batcher's pending and later batches fail with an error.
+            self.pool.close().await;
+            Ok(())
+        })
+    }
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+}
+
+/// Collects concurrent advances into batches and runs up to one batch per pooled connection.
+struct Batcher {
+    pool: PgPool,
+    max_batch: usize,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Batcher {
+    async fn run(self, mut requests: mpsc::Receiver<AdvanceRequest>) {
+        while let Some(first) = requests.recv().await {
+            // Waiting for a free connection first lets more requests join the next batch.
+            let Ok(permit) = Arc::clone(&self.in_flight).acquire_owned().await else {
+                return;
+            };
+            let mut batch = vec![first];
+            while batch.len() < self.max_batch {
+                match requests.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            let pool = self.pool.clone();
+            tokio::spawn(async move {
+                execute(&pool, batch).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// Runs one batch and answers each of its requests.
+async fn execute(pool: &PgPool, batch: Vec<AdvanceRequest>) {
+    if pool.is_closed() {
+        for request in batch {
+            let _ = request.reply.send(Err(StoreError::Closed));
+        }
+        return;
+    }
+    // One row per key, with the largest token; sorted so concurrent batches lock rows in one order.
+    let mut largest: BTreeMap<&str, u64> = BTreeMap::new();
+    for request in &batch {
+        let entry = largest.entry(request.key.as_str()).or_insert(request.token);
+        *entry = (*entry).max(request.token);
+    }
+    let keys: Vec<&str> = largest.keys().copied().collect();
+    let tokens: Vec<i64> = largest.values().map(|t| encode_mark(*t)).collect();
+    let rows: Result<Vec<(String, i64, Option<i64>)>, sqlx::Error> = sqlx::query_as(ADVANCE_SQL)
+        .bind(&keys)
+        .bind(&tokens)
+        .fetch_all(pool)
+        .await;
+    let previous: BTreeMap<String, Option<u64>> = match rows {
+        Ok(rows) => rows
+            .into_iter()
+            .map(|(key, _, previous)| (key, previous.map(decode_mark)))
+            .collect(),
+        Err(source) => {
+            tracing::error!(error = %source, "postgres advance failed");
+            let source = Arc::new(source);
+            for request in batch {
+                let _ = request.reply.send(Err(StoreError::Backend {
+                    backend: BACKEND,
+                    source: Arc::clone(&source) as Arc<dyn std::error::Error + Send + Sync>,
+                }));
+            }
+            return;
+        }
+    };
+    answer_in_token_order(batch, &previous);
+}
+
+/// Decides every request of a batch: per key, in ascending token order from the mark the
+/// statement replaced.
+fn answer_in_token_order(mut batch: Vec<AdvanceRequest>, previous: &BTreeMap<String, Option<u64>>) {
+    batch.sort_by(|a, b| a.key.cmp(&b.key).then(a.token.cmp(&b.token)));
+    let mut running: Option<(String, Option<u64>)> = None;
+    for request in batch {
+        let mark = match &running {
+            Some((key, mark)) if *key == request.key => *mark,
+            _ => match previous.get(&request.key) {
+                Some(previous) => *previous,
+                None => {
+                    let _ = request.reply.send(Err(StoreError::Setup {
+                        backend: BACKEND,
+                        detail: format!(
+                            "the advance statement returned no row for key {}",
+                            request.key
+                        ),
+                    }));
+                    continue;
+                }
+            },
+        };
+        let outcome = decide(mark, request.token, request.compare);
+        let after = match outcome {
+            Advance::Accepted { .. } => Some(mark.map_or(request.token, |m| m.max(request.token))),
+            Advance::Stale { .. } => mark,
+        };
+        running = Some((request.key, after));
+        let _ = request.reply.send(Ok(outcome));
+    }
+}
+
+/// u64 → bigint with the top bit flipped: order-preserving, so SQL compares marks correctly.
+fn encode_mark(mark: u64) -> i64 {
+    i64::from_ne_bytes((mark ^ (1 << 63)).to_ne_bytes())
+}
+
+fn decode_mark(stored: i64) -> u64 {
+    u64::from_ne_bytes(stored.to_ne_bytes()) ^ (1 << 63)
+}
+
+fn backend_error(source: sqlx::Error) -> StoreError {
+    StoreError::Backend {
+        backend: BACKEND,
+        source: Arc::new(source),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mark_encoding_preserves_order() {
+        let marks = [
+            0,
+            1,
+            9,
+            1 << 53,
+            (1 << 63) - 1,
+            1 << 63,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for pair in marks.windows(2) {
+            assert!(encode_mark(pair[0]) < encode_mark(pair[1]), "{pair:?}");
+        }
+        for mark in marks {
+            assert_eq!(decode_mark(encode_mark(mark)), mark);
+        }
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redacted("postgres://app:s3cret@db:5432/x"),
+            "postgres://app:***@db:5432/x"
+        );
+        assert_eq!(
+            redacted("postgres://postgres@127.0.0.1/test"),
+            "postgres://postgres@127.0.0.1/test"
+        );
+    }
+}

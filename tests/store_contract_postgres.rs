@@ -1,0 +1,63 @@
+//! The PostgreSQL store keeps the `FenceStore` contract (`tests/support/contract.rs`), in a schema
+//! of its own that is dropped afterwards. PostgreSQL must be running on 127.0.0.1:5432 (start it
+//! with `scripts/ensure-services.sh`): these tests fail, never skip, when it is not.
+
+mod support;
+
+use std::sync::Arc;
+
+use fencegate::config::{PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH};
+use fencegate::store::{FenceStore, PostgresStore};
+use support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
+
+fn config(schema: &str) -> PostgresStoreConfig {
+    PostgresStoreConfig {
+        url: TEST_POSTGRES_URL.to_owned(),
+        schema: schema.to_owned(),
+        max_connections: 8,
+        max_batch: DEFAULT_MAX_BATCH,
+        cache_capacity: DEFAULT_CACHE_CAPACITY,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_store_keeps_the_contract() {
+    let schema = unique_schema();
+    let config = config(&schema);
+    support::contract::keeps_the_contract(|| async {
+        let store = PostgresStore::open(&config).await.unwrap_or_else(|e| {
+            panic!("PostgreSQL at {TEST_POSTGRES_URL} is required (scripts/ensure-services.sh starts it): {e}")
+        });
+        Arc::new(store) as Arc<dyn FenceStore>
+    })
+    .await;
+    drop_schema(&schema).await;
+}
+
+#[tokio::test]
+async fn migrating_twice_is_harmless_and_an_unreachable_server_is_a_clear_error() {
+    let schema = unique_schema();
+    fencegate::store::migrate_postgres(&config(&schema))
+        .await
+        .expect("first migration");
+    fencegate::store::migrate_postgres(&config(&schema))
+        .await
+        .expect("second migration is a no-op");
+    drop_schema(&schema).await;
+
+    let mut unreachable = config(&schema);
+    unreachable.url = format!(
+        "postgres://app:hunter2@{}/test",
+        support::process::free_port()
+    );
+    let error = PostgresStore::open(&unreachable)
+        .await
+        .err()
+        .expect("no server there")
+        .to_string();
+    assert!(error.contains("cannot connect"), "{error}");
+    assert!(
+        !error.contains("hunter2"),
+        "the password must not appear in errors: {error}"
+    );
+}

@@ -1,0 +1,22 @@
+//! PostgreSQL helpers for tests: the machine's server, a unique schema per test, and cleanup.
+
+use sqlx::Connection as _;
+
+/// The local server the tests use (trust auth).
+pub const TEST_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// A schema name no other test uses.
+pub fn unique_schema() -> String {
+    format!("fg_test_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Drops a test schema and everything in it.
+pub async fn drop_schema(schema: &str) {
+    let mut connection = sqlx::PgConnection::connect(TEST_POSTGRES_URL)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"));
+    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .execute(&mut connection)
+        .await
+        .expect("drop test schema");
+}

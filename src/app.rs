@@ -1,5 +1,6 @@
-//! Wiring a configuration into a running gateway: open the store, compile the routes, serve
-//! until the shutdown future resolves, then close the store.
+//! Wiring a configuration into a running gateway: open the store and check it is the one this
+//! gateway adopted, compile the routes, serve until the shutdown future resolves, then close the
+//! store.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -10,7 +11,7 @@ use tokio::net::TcpListener;
 use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::route::{CompiledRoute, RouteError, RouteTable};
-use crate::store::{self, FenceStore, StoreError};
+use crate::store::{self, adoption, CheckedStore, FenceStore, MarkCache, StoreError, StoreTrust};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -26,37 +27,61 @@ pub enum StartError {
     },
 }
 
-/// A gateway ready to serve: its store is open and its routes compiled.
+/// A gateway ready to serve: its store is open and checked, its routes compiled.
 pub struct App {
     config: Config,
     routes: Arc<RouteTable>,
+    backend: Arc<dyn FenceStore>,
     store: Arc<dyn FenceStore>,
+    cache: Arc<MarkCache>,
+    trust: Arc<StoreTrust>,
 }
 
 impl App {
-    /// Compiles the routes and opens the store the configuration names.
+    /// Compiles the routes, opens the store the configuration names and checks its identity
+    /// against this gateway's adoption record.
     pub async fn build(config: Config) -> Result<App, StartError> {
         let routes = RouteTable::compile(&config.routes).map_err(StartError::Route)?;
-        let store = store::open(&config.store).await?;
+        let backend = store::open(&config.store).await?;
+        let app = App::assemble(config, routes, backend);
+        adoption::check(
+            app.backend.as_ref(),
+            &app.config.server.state_dir,
+            &app.trust,
+            &app.cache,
+        )
+        .await?;
         tracing::info!(
-            backend = store.backend(),
-            routes = config.routes.len(),
+            backend = app.backend.backend(),
+            routes = app.config.routes.len(),
+            trusted = app.trust.is_trusted(),
             "store open"
         );
-        Ok(App::assemble(config, routes, store))
+        Ok(app)
     }
 
-    /// Like [`App::build`], but on a store the caller opened (the `[store]` table is ignored).
-    pub fn with_store(config: Config, store: Arc<dyn FenceStore>) -> Result<App, StartError> {
+    /// Like [`App::build`], but on a store the caller opened (the `[store]` table and the
+    /// adoption check are skipped).
+    pub fn with_store(config: Config, backend: Arc<dyn FenceStore>) -> Result<App, StartError> {
         let routes = RouteTable::compile(&config.routes).map_err(StartError::Route)?;
-        Ok(App::assemble(config, routes, store))
+        Ok(App::assemble(config, routes, backend))
     }
 
-    fn assemble(config: Config, routes: RouteTable, store: Arc<dyn FenceStore>) -> App {
+    fn assemble(config: Config, routes: RouteTable, backend: Arc<dyn FenceStore>) -> App {
+        let cache = Arc::new(MarkCache::new(config.store.cache_capacity()));
+        let trust = Arc::new(StoreTrust::default());
+        let store = Arc::new(CheckedStore::new(
+            Arc::clone(&backend),
+            Arc::clone(&cache),
+            Arc::clone(&trust),
+        ));
         App {
             config,
             routes: Arc::new(routes),
+            backend,
             store,
+            cache,
+            trust,
         }
     }
 
@@ -65,9 +90,14 @@ impl App {
         self.routes.get(name).cloned()
     }
 
-    /// The store the gateway uses.
+    /// The store as the gateway uses it (behind the cache and the trust check).
     pub fn store(&self) -> Arc<dyn FenceStore> {
         Arc::clone(&self.store)
+    }
+
+    /// Whether the gateway currently trusts its store.
+    pub fn trust(&self) -> Arc<StoreTrust> {
+        Arc::clone(&self.trust)
     }
 
     /// Binds the configured listen address.
@@ -83,6 +113,13 @@ impl App {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, "fencegate listening");
         }
+        let watcher = tokio::spawn(watch_store(
+            Arc::clone(&self.backend),
+            self.config.server.state_dir.clone(),
+            Arc::clone(&self.trust),
+            Arc::clone(&self.cache),
+            self.config.server.store_check_interval,
+        ));
         let gateway = Gateway::new(Arc::clone(&self.routes), Arc::clone(&self.store));
         crate::server::serve(
             listener,
@@ -91,10 +128,30 @@ impl App {
             self.config.server.shutdown_grace,
         )
         .await;
+        watcher.abort();
         if let Err(e) = self.store.close().await {
             tracing::warn!(error = %e, "closing the store failed");
         }
         tracing::info!("fencegate stopped");
+    }
+}
+
+/// Re-checks the store's identity every `interval` (owned by `App::serve`, aborted on shutdown).
+async fn watch_store(
+    backend: Arc<dyn FenceStore>,
+    state_dir: std::path::PathBuf,
+    trust: Arc<StoreTrust>,
+    cache: Arc<MarkCache>,
+    interval: std::time::Duration,
+) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        if let Err(e) = adoption::check(backend.as_ref(), &state_dir, &trust, &cache).await {
+            tracing::debug!(error = %e, "store identity check failed; will retry");
+        }
     }
 }
 

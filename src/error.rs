@@ -125,6 +125,14 @@ impl GatewayError {
             GatewayError::StaleFence { .. } => {
                 (StatusCode::CONFLICT, "stale-fence", "Stale fencing token")
             }
+            GatewayError::StoreFailed {
+                source: StoreError::Untrusted { .. },
+                ..
+            } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store-untrusted",
+                "Fence store not trusted",
+            ),
             GatewayError::StoreTimeout { .. } | GatewayError::StoreFailed { .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store-unavailable",
@@ -155,6 +163,13 @@ impl GatewayError {
         let detail = match &self {
             // Internal details never reach the client.
             GatewayError::Internal(_) => "the gateway failed to handle the request".to_owned(),
+            GatewayError::StoreFailed {
+                route,
+                key,
+                source: StoreError::Untrusted { reason },
+            } => format!(
+                "route {route}: key {key}: {reason}; fenced requests are refused until an operator runs `fencegate store adopt`"
+            ),
             GatewayError::StoreFailed { route, key, .. } => {
                 format!("route {route}: key {key}: the fence store failed; the request was not forwarded")
             }

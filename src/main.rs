@@ -29,8 +29,25 @@ enum Command {
         /// The configuration file (TOML).
         file: PathBuf,
     },
+    /// Operate on the fence store.
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
     /// Create the store's schema and apply pending migrations (PostgreSQL), then exit.
     Migrate {
+        /// The configuration file (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Trust the store as it is now: record its identity in this gateway's state directory.
+    /// Run it after checking why a gateway refused its store (a wiped or replaced store resets
+    /// every mark: claim current tokens or raise marks before adopting if you can).
+    Adopt {
         /// The configuration file (TOML).
         #[arg(long, short)]
         config: PathBuf,
@@ -59,6 +76,52 @@ fn main() -> ExitCode {
         },
         Command::Serve { config } => serve(&config),
         Command::Migrate { config } => migrate(&config),
+        Command::Store {
+            command: StoreCommand::Adopt { config },
+        } => adopt(&config),
+    }
+}
+
+fn adopt(path: &std::path::Path) -> ExitCode {
+    let config = match fencegate::config::load_file(path) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let state_dir = config.server.state_dir.clone();
+    let adopted = runtime.block_on(async {
+        let store = fencegate::store::open(&config.store).await?;
+        let identity = fencegate::store::adoption::adopt(store.as_ref(), &state_dir).await;
+        // A running gateway may hold the embedded store's file; closing releases nothing it needs.
+        let _ = store.close().await;
+        identity
+    });
+    match adopted {
+        Ok(identity) => {
+            println!(
+                "adopted {} store {} in {}: a running gateway with this state directory resumes fenced traffic at its next store check",
+                config.store.backend(),
+                identity.id,
+                state_dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

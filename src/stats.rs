@@ -15,6 +15,8 @@ pub struct RouteCounters {
     pub stale: AtomicU64,
     /// Store failures or timeouts met by fenced requests.
     pub store_errors: AtomicU64,
+    /// Requests forwarded unchecked because the store failed and the route fails open.
+    pub failed_open: AtomicU64,
     /// Requests that observe mode forwarded although enforce would have refused them.
     pub observed_refusals: AtomicU64,
 }

@@ -6,79 +6,16 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rand::Rng as _;
 use support::gateway::fenced_route;
+use support::history::{check_history, ClientRecord, UpstreamRecord};
 use support::{send, Behavior, RecordingUpstream, TestGateway};
 
 const REQUESTS: u64 = 200;
 const KEYS: u64 = 20;
 const MAX_TOKEN: u64 = 30;
-
-#[derive(Debug, Clone)]
-struct ClientRecord {
-    seq: u64,
-    key: u64,
-    token: u64,
-    sent: Instant,
-    answered: Instant,
-    status: u16,
-    current: Option<u64>,
-}
-
-#[derive(Debug, Clone)]
-struct UpstreamRecord {
-    seq: u64,
-    key: u64,
-    token: u64,
-}
-
-/// Checks the history; `Err` describes the first violation.
-fn check_history(clients: &[ClientRecord], upstream: &[UpstreamRecord]) -> Result<(), String> {
-    let by_seq: HashMap<u64, &ClientRecord> = clients.iter().map(|c| (c.seq, c)).collect();
-    let mut forwarded: HashMap<u64, usize> = HashMap::new();
-    for record in upstream {
-        *forwarded.entry(record.seq).or_default() += 1;
-        let client = by_seq
-            .get(&record.seq)
-            .ok_or(format!("upstream saw #{} which no client sent", record.seq))?;
-        // I1: nothing below a token whose 2xx had already been returned when this one was sent.
-        if let Some(newer) = clients.iter().find(|c| {
-            c.key == record.key
-                && c.status == 200
-                && c.token > record.token
-                && c.answered < client.sent
-        }) {
-            return Err(format!(
-                "key {}: token {} (#{}) was forwarded after token {} (#{}) had been acknowledged",
-                record.key, record.token, record.seq, newer.token, newer.seq
-            ));
-        }
-    }
-    for client in clients {
-        let times = forwarded.get(&client.seq).copied().unwrap_or(0);
-        match client.status {
-            200 if times != 1 => {
-                return Err(format!("#{}: 2xx but forwarded {times} times", client.seq))
-            }
-            409 if times != 0 => return Err(format!("#{}: refused but forwarded", client.seq)),
-            409 => match client.current {
-                Some(current) if current > client.token => {}
-                other => {
-                    return Err(format!(
-                        "#{}: 409 with current {other:?} for token {}",
-                        client.seq, client.token
-                    ))
-                }
-            },
-            200 => {}
-            other => return Err(format!("#{}: unexpected status {other}", client.seq)),
-        }
-    }
-    Ok(())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_writers_never_get_a_stale_token_forwarded() {

@@ -23,6 +23,10 @@ pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long in-flight requests may run after a shutdown signal before connections are closed.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// How often the store's identity is re-checked while serving.
+pub const DEFAULT_STORE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+/// Where the gateway keeps its own state unless the file names another directory.
+pub const DEFAULT_STATE_DIR: &str = "data";
 /// Where the embedded store lives when the file names no path (relative to the working directory).
 pub const DEFAULT_EMBEDDED_PATH: &str = "data/fencegate.db";
 /// Most advances sent to the store together (one embedded commit and fsync, one PostgreSQL
@@ -57,6 +61,14 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     #[serde(default = "default_shutdown_grace", with = "duration")]
     pub shutdown_grace: Duration,
+    /// The gateway's own small state (the record of the store it adopted), relative to the
+    /// working directory. Each replica needs its own, kept across restarts.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    /// How often the gateway re-reads the store's identity (to notice a store wiped while running,
+    /// and an operator's adoption).
+    #[serde(default = "default_store_check_interval", with = "duration")]
+    pub store_check_interval: Duration,
 }
 
 /// `[store]`: where high-water marks live, chosen by `backend`.
@@ -197,6 +209,8 @@ pub struct FenceConfig {
     pub compare: Compare,
     #[serde(default = "default_store_timeout", with = "duration")]
     pub store_timeout: Duration,
+    #[serde(default)]
+    pub on_store_error: OnStoreError,
 }
 
 impl Default for FenceConfig {
@@ -206,8 +220,20 @@ impl Default for FenceConfig {
             mode: FenceMode::default(),
             compare: Compare::default(),
             store_timeout: DEFAULT_STORE_TIMEOUT,
+            on_store_error: OnStoreError::default(),
         }
     }
+}
+
+/// What a fenced request does when the store fails or times out (I5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnStoreError {
+    /// Refuse with 503: nothing unchecked reaches the upstream.
+    #[default]
+    FailClosed,
+    /// Forward unchecked, and count it: availability over fencing, by explicit choice.
+    FailOpen,
 }
 
 /// What a route does with tokens (DESIGN §2).
@@ -236,6 +262,12 @@ pub enum Compare {
 
 fn default_shutdown_grace() -> Duration {
     DEFAULT_SHUTDOWN_GRACE
+}
+fn default_store_check_interval() -> Duration {
+    DEFAULT_STORE_CHECK_INTERVAL
+}
+fn default_state_dir() -> PathBuf {
+    PathBuf::from(DEFAULT_STATE_DIR)
 }
 fn default_upstream_timeout() -> Duration {
     DEFAULT_UPSTREAM_TIMEOUT

@@ -10,8 +10,8 @@ use http::{Request, Response};
 use tower::{Layer, Service};
 
 use super::token::{read_fence_header, TokenError};
-use crate::config::FenceMode;
-use crate::error::GatewayError;
+use crate::config::{FenceMode, OnStoreError};
+use crate::error::{GatewayError, Origin};
 use crate::proxy::ProxyBody;
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
@@ -88,6 +88,10 @@ where
                         request.extensions_mut().insert(ResourceKey(key));
                     }
                     (Err(refusal), FenceMode::Observe) => observe(&route, &refusal),
+                    (Err(refusal), _) if fails_open(&route, &refusal) => {
+                        RouteCounters::bump(&route.counters.failed_open);
+                        tracing::warn!(route = %route.name, error = %refusal, "store failed: forwarding unchecked (on_store_error = \"fail_open\")");
+                    }
                     (Err(refusal), _) => return Err(refusal),
                 }
             }
@@ -182,6 +186,11 @@ async fn advance(
             })
         }
     }
+}
+
+/// Whether the route forwards despite this store failure.
+fn fails_open(route: &CompiledRoute, refusal: &GatewayError) -> bool {
+    route.fence.on_store_error == OnStoreError::FailOpen && refusal.origin() == Origin::Store
 }
 
 /// Observe mode: the refusal is counted (by the check) and logged, and the request goes on.

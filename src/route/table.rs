@@ -6,7 +6,7 @@ use std::time::Duration;
 use http::{HeaderName, Method};
 
 use super::{Captures, KeyTemplate, PathPattern};
-use crate::config::{Compare, FenceMode, RouteConfig, DEFAULT_FENCED_METHODS};
+use crate::config::{Compare, FenceMode, OnStoreError, RouteConfig, DEFAULT_FENCED_METHODS};
 use crate::proxy::UpstreamTarget;
 use crate::stats::RouteCounters;
 
@@ -35,6 +35,7 @@ pub struct FenceSettings {
     pub mode: FenceMode,
     pub compare: Compare,
     pub store_timeout: Duration,
+    pub on_store_error: OnStoreError,
 }
 
 impl CompiledRoute {
@@ -156,6 +157,7 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
             mode: config.fence.mode,
             compare: config.fence.compare,
             store_timeout: config.fence.store_timeout,
+            on_store_error: config.fence.on_store_error,
         },
         counters: RouteCounters::default(),
     })

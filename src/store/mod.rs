@@ -1,11 +1,20 @@
 //! The fence store: durable high-water marks per resource key behind one trait (DESIGN §4), with
 //! one file per backend chosen by the `[store]` table.
 
+pub mod adoption;
+mod cache;
+mod checked;
 mod embedded;
 mod postgres;
+mod redis;
+mod trust;
 
+pub use cache::MarkCache;
+pub use checked::CheckedStore;
 pub use embedded::EmbeddedStore;
 pub use postgres::{migrate as migrate_postgres, PostgresStore};
+pub use redis::RedisStore;
+pub use trust::StoreTrust;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -112,6 +121,8 @@ pub enum StoreError {
     },
     #[error("the store is closed")]
     Closed,
+    #[error("the store is not trusted: {reason}")]
+    Untrusted { reason: String },
 }
 
 fn open_hint(source: &sqlx::Error) -> &'static str {
@@ -129,10 +140,7 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn FenceStore>, StoreErro
             EmbeddedStore::open(&embedded.path, embedded.max_batch).await?,
         )),
         StoreConfig::Postgres(postgres) => Ok(Arc::new(PostgresStore::open(postgres).await?)),
-        StoreConfig::Redis(_) => Err(StoreError::Setup {
-            backend: config.backend(),
-            detail: "this backend is not built yet".to_owned(),
-        }),
+        StoreConfig::Redis(redis) => Ok(Arc::new(RedisStore::open(redis).await?)),
     }
 }
 

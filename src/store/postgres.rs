@@ -23,6 +23,9 @@ const COMMAND_QUEUE: usize = 16 * 1024;
 /// How long opening (and each later connection attempt) may take before it counts as a failure.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Advisory-lock key serializing schema creation among replicas ("fencegat" in ASCII).
+const SCHEMA_LOCK_KEY: i64 = 0x6665_6e63_6567_6174;
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// The batched compare-and-advance: one row per key, the previous mark returned by the same
@@ -91,12 +94,29 @@ async fn connect(config: &PostgresStoreConfig) -> Result<PgPool, StoreError> {
         .connect_with(options)
         .await
         .map_err(|e| setup(format!("{}: cannot connect: {e}", redacted(&config.url))))?;
-    // The schema is validated as a plain identifier when the configuration loads.
-    sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {}", config.schema))
-        .execute(&pool)
+    create_schema(&pool, &config.schema)
         .await
         .map_err(|e| setup(format!("cannot create schema {}: {e}", config.schema)))?;
     Ok(pool)
+}
+
+/// `CREATE SCHEMA IF NOT EXISTS`, under an advisory lock: replicas starting together would
+/// otherwise race on the catalog's unique index. The schema is validated as a plain identifier
+/// when the configuration loads.
+async fn create_schema(pool: &PgPool, schema: &str) -> Result<(), sqlx::Error> {
+    let mut connection = pool.acquire().await?;
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(SCHEMA_LOCK_KEY)
+        .execute(&mut *connection)
+        .await?;
+    let created = sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+        .execute(&mut *connection)
+        .await;
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(SCHEMA_LOCK_KEY)
+        .execute(&mut *connection)
+        .await?;
+    created.map(|_| ())
 }
 
 async fn migrate_pool(pool: &PgPool, schema: &str) -> Result<(), StoreError> {

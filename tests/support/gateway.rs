@@ -43,13 +43,27 @@ impl TestGateway {
         gateway
     }
 
+    /// Starts a gateway with state in `dir` and the store `store_toml` (a whole `[store]` table).
+    pub async fn start_with_store_config(
+        dir: &Path,
+        store_toml: &str,
+        routes_toml: &str,
+    ) -> TestGateway {
+        let text = config_text_with_store(dir, "127.0.0.1:0", store_toml, routes_toml);
+        TestGateway::start_text(dir, &text, None).await
+    }
+
     async fn start_on(
         dir: &Path,
         routes_toml: &str,
         store: Option<Arc<dyn FenceStore>>,
     ) -> TestGateway {
         let text = config_text(dir, "127.0.0.1:0", routes_toml);
-        let config = fencegate::config::parse_str(&text, Path::new("test.toml"))
+        TestGateway::start_text(dir, &text, store).await
+    }
+
+    async fn start_text(dir: &Path, text: &str, store: Option<Arc<dyn FenceStore>>) -> TestGateway {
+        let config = fencegate::config::parse_str(text, Path::new("test.toml"))
             .unwrap_or_else(|e| panic!("test config must load: {e}\n{text}"));
         let names: Vec<String> = config.routes.iter().map(|r| r.name.clone()).collect();
         let app = match store {
@@ -107,11 +121,29 @@ impl TestGateway {
     }
 }
 
+/// The `[store]` table of an embedded store under `dir`.
+pub fn embedded_store(dir: &Path) -> String {
+    format!(
+        "[store]\nbackend = \"embedded\"\npath = \"{}\"\n",
+        dir.join("fencegate.db").display()
+    )
+}
+
 /// A whole configuration file around `routes_toml`, storing marks under `dir`.
 pub fn config_text(dir: &Path, listen: &str, routes_toml: &str) -> String {
+    config_text_with_store(dir, listen, &embedded_store(dir), routes_toml)
+}
+
+/// A whole configuration file with the given `[store]` table; the gateway's state goes to `dir`.
+pub fn config_text_with_store(
+    dir: &Path,
+    listen: &str,
+    store_toml: &str,
+    routes_toml: &str,
+) -> String {
     format!(
-        "[server]\nlisten = \"{listen}\"\nshutdown_grace = \"5s\"\n\n[store]\nbackend = \"embedded\"\npath = \"{}\"\n\n{routes_toml}\n",
-        dir.join("fencegate.db").display()
+        "[server]\nlisten = \"{listen}\"\nshutdown_grace = \"5s\"\nstate_dir = \"{dir}\"\nstore_check_interval = \"200ms\"\n\n{store_toml}\n{routes_toml}\n",
+        dir = dir.display(),
     )
 }
 

@@ -5,8 +5,10 @@
 pub mod client;
 pub mod contract;
 pub mod gateway;
+pub mod history;
 pub mod postgres;
 pub mod process;
+pub mod relay;
 pub mod upstream;
 
 pub use client::{send, send_h2, Reply};

@@ -27,8 +27,14 @@ pub fn free_port() -> SocketAddr {
 impl GatewayProcess {
     /// Writes a config with `routes_toml` and the store under `dir`, and starts `fencegate serve`.
     pub fn start(dir: &Path, routes_toml: &str) -> GatewayProcess {
+        GatewayProcess::start_with_store(dir, &super::gateway::embedded_store(dir), routes_toml)
+    }
+
+    /// Like `start`, with the given `[store]` table (the gateway's own state still goes to `dir`).
+    pub fn start_with_store(dir: &Path, store_toml: &str, routes_toml: &str) -> GatewayProcess {
         let addr = free_port();
-        let text = super::gateway::config_text(dir, &addr.to_string(), routes_toml);
+        let text =
+            super::gateway::config_text_with_store(dir, &addr.to_string(), store_toml, routes_toml);
         let config = dir.join("fencegate.toml");
         std::fs::write(&config, text).expect("write config");
         let child = Command::new(binary())

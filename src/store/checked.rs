@@ -1,0 +1,95 @@
+//! `CheckedStore`: what the gateway puts in front of every backend. It refuses tokens below the
+//! lower-bound cache without a round trip, keeps the cache up to date from the store's answers,
+//! and stops trusting a store whose answers go below a mark already seen (a store that forgot).
+
+use std::sync::Arc;
+
+use super::{Advance, FenceStore, MarkCache, StoreError, StoreFuture, StoreIdentity, StoreTrust};
+use crate::config::Compare;
+
+pub struct CheckedStore {
+    inner: Arc<dyn FenceStore>,
+    cache: Arc<MarkCache>,
+    trust: Arc<StoreTrust>,
+}
+
+impl CheckedStore {
+    pub fn new(
+        inner: Arc<dyn FenceStore>,
+        cache: Arc<MarkCache>,
+        trust: Arc<StoreTrust>,
+    ) -> CheckedStore {
+        CheckedStore {
+            inner,
+            cache,
+            trust,
+        }
+    }
+
+    /// The answer `mark` for `key` is below `floor`, a mark seen before the call started.
+    fn regressed(&self, key: &str, mark: Option<u64>, floor: Option<u64>) -> Option<StoreError> {
+        let floor = floor?;
+        if mark.is_some_and(|m| m >= floor) {
+            return None;
+        }
+        let reason = format!(
+            "the store answered mark {} for key {key}, below the mark {floor} this gateway already saw",
+            mark.map_or_else(|| "none".to_owned(), |m| m.to_string())
+        );
+        self.trust.distrust(reason.clone());
+        Some(StoreError::Untrusted { reason })
+    }
+}
+
+impl FenceStore for CheckedStore {
+    fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            if let Some(current) = self.cache.refuses(&key, token, compare) {
+                return Ok(Advance::Stale { current });
+            }
+            self.trust.check()?;
+            let floor = self.cache.get(&key);
+            let outcome = self.inner.advance(&key, token, compare).await?;
+            let (before, after) = match outcome {
+                Advance::Accepted { previous } => {
+                    (previous, previous.map_or(token, |p| p.max(token)))
+                }
+                Advance::Stale { current } => (Some(current), current),
+            };
+            if let Some(error) = self.regressed(&key, before, floor) {
+                return Err(error);
+            }
+            self.cache.raise(&key, after);
+            Ok(outcome)
+        })
+    }
+
+    fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            self.trust.check()?;
+            let floor = self.cache.get(&key);
+            let mark = self.inner.current(&key).await?;
+            if let Some(error) = self.regressed(&key, mark, floor) {
+                return Err(error);
+            }
+            if let Some(mark) = mark {
+                self.cache.raise(&key, mark);
+            }
+            Ok(mark)
+        })
+    }
+
+    fn identity(&self) -> StoreFuture<'_, StoreIdentity> {
+        self.inner.identity()
+    }
+
+    fn close(&self) -> StoreFuture<'_, ()> {
+        self.inner.close()
+    }
+
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+}

@@ -109,3 +109,15 @@ async fn postgres_trouble_fails_closed_and_recovers_without_a_restart() {
     store_trouble_is_refused_and_recovers(store, relay).await;
     drop_schema(&schema).await;
 }
+
+#[tokio::test]
+async fn redis_trouble_fails_closed_and_recovers_without_a_restart() {
+    let relay = Relay::start(support::redis::REDIS_ADDR.parse().unwrap()).await;
+    let prefix = support::redis::unique_prefix();
+    let store = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"redis://{}\"\nkey_prefix = \"{prefix}\"\n",
+        relay.addr
+    );
+    store_trouble_is_refused_and_recovers(store, relay).await;
+    support::redis::delete_keys(&prefix).await;
+}

@@ -133,3 +133,26 @@ async fn three_replicas_on_one_postgres_never_forward_a_stale_token() {
     }
     drop_schema(&schema).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_on_one_redis_never_forward_a_stale_token() {
+    let prefix = support::redis::unique_prefix();
+    let store = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\n",
+        support::redis::redis_url()
+    );
+    let largest = replicas_keep_i1(&store).await;
+    let mut redis = support::redis::direct().await;
+    for (key, largest) in largest.iter().enumerate() {
+        let mark: Option<String> =
+            redis::AsyncCommands::get(&mut redis, format!("{prefix}mark:acct:{key}"))
+                .await
+                .unwrap();
+        assert_eq!(
+            mark.map(|m| m.parse::<u64>().unwrap()),
+            *largest,
+            "key {key}: the mark is the largest acknowledged token"
+        );
+    }
+    support::redis::delete_keys(&prefix).await;
+}

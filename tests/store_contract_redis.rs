@@ -7,17 +7,13 @@
 mod support;
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use fencegate::config::{Compare, RedisStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH};
 use fencegate::store::{decide, Advance, FenceStore, RedisStore, StoreError};
 use redis::AsyncCommands as _;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::AbortHandle;
-
-/// The Redis every test talks to.
-const REDIS_ADDR: &str = "127.0.0.1:6379";
+use support::redis::{direct, redis_url, with_prefix, REDIS_ADDR};
+use support::relay::{Relay, RelayMode};
 
 fn config(url: &str, prefix: &str) -> RedisStoreConfig {
     RedisStoreConfig {
@@ -29,66 +25,12 @@ fn config(url: &str, prefix: &str) -> RedisStoreConfig {
     }
 }
 
-fn redis_url() -> String {
-    format!("redis://{REDIS_ADDR}")
-}
-
 async fn open(config: &RedisStoreConfig) -> Arc<dyn FenceStore> {
     match RedisStore::open(config).await {
         Ok(store) => Arc::new(store),
         Err(e) => panic!(
             "these tests need a Redis server at {REDIS_ADDR} (start one with `redis-server`): {e}"
         ),
-    }
-}
-
-/// A direct connection for setting up and cleaning up keys.
-async fn direct() -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(redis_url()).expect("valid url");
-    match client.get_multiplexed_async_connection().await {
-        Ok(connection) => connection,
-        Err(e) => panic!(
-            "these tests need a Redis server at {REDIS_ADDR} (start one with `redis-server`): {e}"
-        ),
-    }
-}
-
-/// Runs `test` with a fresh key prefix, then deletes every key under it, even when `test` fails.
-async fn with_prefix<F, Fut>(test: F)
-where
-    F: FnOnce(String) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let prefix = format!("fencegate-test:{}:", uuid::Uuid::new_v4());
-    let outcome = tokio::spawn(test(prefix.clone())).await;
-    delete_keys(&prefix).await;
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
-}
-
-async fn delete_keys(prefix: &str) {
-    let mut connection = direct().await;
-    let mut keys: Vec<String> = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut connection)
-            .await
-            .expect("SCAN");
-        keys.extend(batch);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    for chunk in keys.chunks(500) {
-        let _: () = connection.del(chunk).await.expect("DEL");
     }
 }
 
@@ -201,13 +143,13 @@ async fn marks_are_decimal_strings_and_leading_zeros_are_ignored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_connection_fails_its_batch_and_later_requests_reconnect() {
     with_prefix(|prefix| async move {
-        let proxy = Proxy::start().await;
-        let store = open(&config(&format!("redis://{}", proxy.addr), &prefix)).await;
+        let relay = Relay::start(REDIS_ADDR.parse().expect("address")).await;
+        let store = open(&config(&format!("redis://{}", relay.addr), &prefix)).await;
         let first = store.advance("k", 5, Compare::Monotonic).await;
         assert_eq!(first.ok(), Some(Advance::Accepted { previous: None }));
 
-        proxy.sever();
-        // Aborted tasks drop their sockets on the runtime's next turn; give it a few.
+        relay.set(RelayMode::Cut);
+        // Cut connections close on the runtime's next turns; give it a few.
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         let during = store.advance("k", 6, Compare::Monotonic).await;
         assert!(
@@ -215,6 +157,7 @@ async fn a_lost_connection_fails_its_batch_and_later_requests_reconnect() {
             "a request on the lost connection fails: {during:?}"
         );
 
+        relay.set(RelayMode::Pass);
         let after = store.advance("k", 7, Compare::Monotonic).await;
         assert_eq!(
             after.ok(),
@@ -269,54 +212,5 @@ async fn require_durable_follows_the_servers_persistence_settings() {
             assert!(detail.contains("appendfsync always"), "{detail}");
         }
         Err(e) => panic!("unexpected error: {e}"),
-    }
-}
-
-/// A TCP forwarder to the test Redis whose connections can all be cut at once.
-struct Proxy {
-    addr: std::net::SocketAddr,
-    connections: Arc<Mutex<Vec<AbortHandle>>>,
-    accept: AbortHandle,
-}
-
-impl Proxy {
-    async fn start() -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let addr = listener.local_addr().expect("proxy address");
-        let connections = Arc::new(Mutex::new(Vec::new()));
-        let tracked = Arc::clone(&connections);
-        let accept = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                let forward = tokio::spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(REDIS_ADDR).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
-                tracked
-                    .lock()
-                    .expect("proxy lock")
-                    .push(forward.abort_handle());
-            }
-        })
-        .abort_handle();
-        Proxy {
-            addr,
-            connections,
-            accept,
-        }
-    }
-
-    /// Drops every open connection (both sides see the socket close); new ones are accepted.
-    fn sever(&self) {
-        for connection in self.connections.lock().expect("proxy lock").drain(..) {
-            connection.abort();
-        }
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.sever();
-        self.accept.abort();
     }
 }

@@ -12,6 +12,9 @@ use support::gateway::fenced_route;
 use support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
 use support::{send, Behavior, RecordingUpstream, TestGateway};
 
+/// Several store-check intervals of the test gateways (200 ms each).
+const STORE_CHECKS: Duration = Duration::from_millis(1000);
+
 /// Polls until a fenced write on `path` gets `status`, or fails after a few seconds.
 async fn eventually(gw: &TestGateway, path: &str, token: &str, status: u16) -> support::Reply {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -162,8 +165,64 @@ async fn a_postgres_store_that_forgets_while_serving_is_refused() {
         .execute(&mut db)
         .await
         .unwrap();
-    let refused = eventually(&gw, "/inv/3", "1", 503).await;
+    tokio::time::sleep(STORE_CHECKS).await;
+    let refused = send("POST", &gw.url("/inv/3"), &[("x-fence", "1")], "").await;
+    assert_eq!(refused.status, 503, "the first request after the loss is refused");
     assert_eq!(refused.problem_slug(), "store-untrusted");
+    assert_eq!(upstream.seen().len(), 2);
     gw.stop().await;
     drop_schema(&schema).await;
+}
+
+#[tokio::test]
+async fn a_wiped_redis_is_refused_while_serving() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = support::redis::unique_prefix();
+    let store = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\n",
+        support::redis::redis_url()
+    );
+    let route = fenced_route("inv", &upstream.url(), "enforce", "monotonic");
+    let gw = TestGateway::start_with_store_config(dir.path(), &store, &route).await;
+    assert_eq!(
+        send("POST", &gw.url("/inv/1"), &[("x-fence", "10")], "")
+            .await
+            .status,
+        200
+    );
+
+    // Redis restarted without persistence: every key is gone, the identity record too.
+    support::redis::delete_keys(&prefix).await;
+    let zombie = send("POST", &gw.url("/inv/1"), &[("x-fence", "9")], "").await;
+    assert_eq!(zombie.status, 409, "refused from the cache");
+    let newer = send("POST", &gw.url("/inv/1"), &[("x-fence", "11")], "").await;
+    assert_eq!(
+        newer.status, 503,
+        "the store answered below a mark already seen"
+    );
+    assert_eq!(newer.problem_slug(), "store-untrusted");
+    assert_eq!(
+        send("POST", &gw.url("/inv/2"), &[("x-fence", "1")], "")
+            .await
+            .status,
+        503
+    );
+    assert_eq!(upstream.seen().len(), 1);
+
+    adoption::adopt(gw.store(), dir.path())
+        .await
+        .expect("adopt");
+    eventually(&gw, "/inv/2", "1", 200).await;
+
+    // Wiped again, with no request in between: the periodic identity check notices by itself.
+    support::redis::delete_keys(&prefix).await;
+    tokio::time::sleep(STORE_CHECKS).await;
+    let first = send("POST", &gw.url("/inv/3"), &[("x-fence", "1")], "").await;
+    assert_eq!(
+        first.status, 503,
+        "the first request after the wipe is refused"
+    );
+    gw.stop().await;
+    support::redis::delete_keys(&prefix).await;
 }

@@ -8,6 +8,7 @@ pub mod gateway;
 pub mod history;
 pub mod postgres;
 pub mod process;
+pub mod redis;
 pub mod relay;
 pub mod upstream;
 

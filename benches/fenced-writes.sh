@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Accepted fenced writes per second on the embedded store, side by side with the same gateway's
-# passthrough route (mode = "off") and the upstream called directly, in one run.
+# Accepted fenced writes per second on each store backend (embedded, PostgreSQL, Redis), side by
+# side with a gateway's passthrough route (mode = "off") and the upstream called directly, in one run.
 #
 #   benches/fenced-writes.sh            # 5 rounds of 10 s per path, c=64 (ROUNDS, SECS, CONNS, KEYS)
+#
+# PostgreSQL (127.0.0.1:5432, database test, schema fencegate_bench, recreated) and Redis
+# (127.0.0.1:6379, keys under fencegate-bench:*, deleted afterwards) must be running; the script
+# starts them with scripts/ensure-services.sh when they are installed.
 #
 # Every fenced request carries a new, larger token for its key (a real durable advance, not a
 # repeat of a known token): request n writes key n % KEYS with token BASE + n. The upstream is
@@ -17,15 +21,22 @@ CONNS=${CONNS:-64}
 KEYS=${KEYS:-10000}
 UPSTREAM_PORT=${UPSTREAM_PORT:-19000}
 GATEWAY_PORT=${GATEWAY_PORT:-18080}
+BACKENDS=${BACKENDS:-"embedded postgres redis"}
+REDIS_PREFIX="fencegate-bench:$(date +%s):"
 
 need() { command -v "$1" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
 need wrk wrk
 need nginx nginx-light
 
+scripts/ensure-services.sh >/dev/null
+psql -q -h 127.0.0.1 -U postgres -d test -c "DROP SCHEMA IF EXISTS fencegate_bench CASCADE" >/dev/null
+
 work=$(mktemp -d)
+gateway_pids=()
 cleanup() {
-  [ -n "${gateway_pid:-}" ] && kill "$gateway_pid" 2>/dev/null || true
+  for pid in "${gateway_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  redis-cli --scan --pattern "${REDIS_PREFIX}*" 2>/dev/null | xargs -r -n 500 redis-cli del >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -46,12 +57,26 @@ http {
 NGINX
 nginx -c "$work/nginx.conf"
 
-cat > "$work/fencegate.toml" <<TOML
+store_table() {
+  case $1 in
+    embedded) printf '[store]\nbackend = "embedded"\npath = "%s/fencegate.db"\n' "$work" ;;
+    postgres) printf '[store]\nbackend = "postgres"\nurl = "postgres://postgres@127.0.0.1:5432/test"\nschema = "fencegate_bench"\n' ;;
+    redis) printf '[store]\nbackend = "redis"\nurl = "redis://127.0.0.1:6379"\nkey_prefix = "%s"\n' "$REDIS_PREFIX" ;;
+  esac
+}
+
+cargo build --release --locked --quiet --bin fencegate
+declare -A port
+next_port=$GATEWAY_PORT
+for backend in $BACKENDS; do
+  port[$backend]=$next_port
+  next_port=$((next_port + 1))
+  mkdir -p "$work/$backend"
+  cat > "$work/$backend.toml" <<TOML
 [server]
-listen = "127.0.0.1:$GATEWAY_PORT"
-[store]
-backend = "embedded"
-path = "$work/fencegate.db"
+listen = "127.0.0.1:${port[$backend]}"
+state_dir = "$work/$backend"
+$(store_table "$backend")
 [[routes]]
 name = "invoices"
 path = "/invoices/{id}"
@@ -64,11 +89,11 @@ upstream = "http://127.0.0.1:$UPSTREAM_PORT"
 [routes.fence]
 mode = "off"
 TOML
-
-cargo build --release --locked --quiet --bin fencegate
-RUST_LOG=warn target/release/fencegate serve --config "$work/fencegate.toml" &
-gateway_pid=$!
-for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$GATEWAY_PORT") 2>/dev/null && break; sleep 0.1; done
+  RUST_LOG=error target/release/fencegate serve --config "$work/$backend.toml" &
+  gateway_pids+=($!)
+  for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/${port[$backend]}") 2>/dev/null && break; sleep 0.1; done
+done
+first_backend=${BACKENDS%% *}
 
 cat > "$work/advance.lua" <<'LUA'
 local n = 0
@@ -104,13 +129,16 @@ run() {
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+paths="direct passthrough"
+for backend in $BACKENDS; do paths+=" fenced-$backend"; done
+
 declare -A results
 for round in $(seq 1 "$ROUNDS"); do
-  for path in direct passthrough fenced; do
+  for path in $paths; do
     case $path in
       direct) line=$(run "http://127.0.0.1:$UPSTREAM_PORT/plain/1" "$work/plain.lua") ;;
-      passthrough) line=$(run "http://127.0.0.1:$GATEWAY_PORT/plain/1" "$work/plain.lua") ;;
-      fenced) line=$(run "http://127.0.0.1:$GATEWAY_PORT/invoices/1" "$work/advance.lua") ;;
+      passthrough) line=$(run "http://127.0.0.1:${port[$first_backend]}/plain/1" "$work/plain.lua") ;;
+      fenced-*) line=$(run "http://127.0.0.1:${port[${path#fenced-}]}/invoices/1" "$work/advance.lua") ;;
     esac
     echo "round $round $path: req/s p50_us p99_us non2xx = $line" >&2
     results[$path]+="$line"$'\n'
@@ -120,13 +148,15 @@ done
 echo
 echo "wrk -t1 -c$CONNS, ${SECS}s per run, median of $ROUNDS rounds (paths alternate within each round)"
 echo
-echo "| path | req/s | p50 (µs) | p99 (µs) | non-2xx (all runs) |"
-echo "|---|---|---|---|---|"
-for path in direct passthrough fenced; do
+echo "| path | req/s | × passthrough | p50 (µs) | p99 (µs) | non-2xx (all runs) |"
+echo "|---|---|---|---|---|---|"
+base=$(awk 'NF {print $1}' <<<"${results[passthrough]}" | median)
+for path in $paths; do
   rows=${results[$path]}
   rps=$(awk 'NF {print $1}' <<<"$rows" | median)
   p50=$(awk 'NF {print $2}' <<<"$rows" | median)
   p99=$(awk 'NF {print $3}' <<<"$rows" | median)
   bad=$(awk 'NF {s+=$4} END {print s+0}' <<<"$rows")
-  echo "| $path | $rps | $p50 | $p99 | $bad |"
+  ratio=$(awk -v a="$rps" -v b="$base" 'BEGIN {printf "%.2f", a / b}')
+  echo "| $path | $rps | $ratio | $p50 | $p99 | $bad |"
 done

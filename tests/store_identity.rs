@@ -167,7 +167,10 @@ async fn a_postgres_store_that_forgets_while_serving_is_refused() {
         .unwrap();
     tokio::time::sleep(STORE_CHECKS).await;
     let refused = send("POST", &gw.url("/inv/3"), &[("x-fence", "1")], "").await;
-    assert_eq!(refused.status, 503, "the first request after the loss is refused");
+    assert_eq!(
+        refused.status, 503,
+        "the first request after the loss is refused"
+    );
     assert_eq!(refused.problem_slug(), "store-untrusted");
     assert_eq!(upstream.seen().len(), 2);
     gw.stop().await;

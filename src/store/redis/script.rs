@@ -1,0 +1,188 @@
+//! The Lua script that compares and sets one mark atomically, and the Rust-side decoding of every
+//! answer the writer's pipeline gets back (advance, read, identity), each checked before it is
+//! believed.
+
+use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+
+use crate::config::Compare;
+use crate::store::{decide, Advance, StoreIdentity};
+
+/// Compare-and-set of one mark. Lua numbers are doubles and cannot hold every u64, so marks and
+/// tokens are compared as decimal strings: leading zeros dropped, then shorter is smaller, then
+/// digit by digit. Writes only when the mark grows, so an equal `monotonic` token costs no write.
+pub(super) const ADVANCE_SCRIPT: &str = r"
+-- KEYS[1]: the mark; ARGV[1]: the token (decimal u64); ARGV[2]: 'monotonic' or 'strict'.
+-- Returns {1, previous mark or nil} when the token passes, {0, current mark} when it is stale.
+local function canonical(s)
+  return string.match(s, '^0*(%d+)$')
+end
+local function order(a, b)
+  if #a ~= #b then
+    if #a < #b then return -1 end
+    return 1
+  end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      if x < y then return -1 end
+      return 1
+    end
+  end
+  return 0
+end
+local token = canonical(ARGV[1])
+if not token then
+  return redis.error_reply('ERR fencegate: the token is not a decimal number')
+end
+local stored = redis.call('GET', KEYS[1])
+if not stored then
+  redis.call('SET', KEYS[1], token)
+  return {1, false}
+end
+local mark = canonical(stored)
+if not mark then
+  return redis.error_reply('ERR fencegate: the stored mark is not a decimal number')
+end
+local cmp = order(token, mark)
+local passes
+if ARGV[2] == 'strict' then
+  passes = cmp > 0
+elseif ARGV[2] == 'monotonic' then
+  passes = cmp >= 0
+else
+  return redis.error_reply('ERR fencegate: unknown compare mode')
+end
+if not passes then
+  return {0, mark}
+end
+if cmp > 0 then
+  redis.call('SET', KEYS[1], token)
+end
+return {1, mark}
+";
+
+pub(super) fn compare_arg(compare: Compare) -> &'static str {
+    match compare {
+        Compare::Monotonic => "monotonic",
+        Compare::Strict => "strict",
+    }
+}
+
+pub(super) fn is_noscript(reply: &Value) -> bool {
+    matches!(reply, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+}
+
+/// A per-command answer that is a server error becomes that error.
+pub(super) fn server_answer(reply: Value) -> Result<Value, RedisError> {
+    match reply {
+        Value::ServerError(e) => Err(e.into()),
+        other => Ok(other),
+    }
+}
+
+/// Reads the script's answer and checks it against [`decide`]: a script that disagrees with the
+/// comparison rule is an error, never an answer.
+pub(super) fn read_advance(
+    reply: Value,
+    token: u64,
+    compare: Compare,
+) -> Result<Advance, RedisError> {
+    let (passed, mark): (i64, Option<String>) = redis::from_redis_value(server_answer(reply)?)?;
+    let mark = mark.as_deref().map(parse_mark).transpose()?;
+    let outcome = match (passed, mark) {
+        (1, previous) => Advance::Accepted { previous },
+        (0, Some(current)) => Advance::Stale { current },
+        _ => return Err(unexpected(format!("advance script answered {passed}"))),
+    };
+    let expected = decide(mark, token, compare);
+    if outcome != expected {
+        return Err(unexpected(format!(
+            "advance script answered {outcome:?} for token {token}, the rule says {expected:?}"
+        )));
+    }
+    Ok(outcome)
+}
+
+pub(super) fn read_mark(reply: Value) -> Result<Option<u64>, RedisError> {
+    let mark: Option<String> = redis::from_redis_value(server_answer(reply)?)?;
+    mark.as_deref().map(parse_mark).transpose()
+}
+
+pub(super) fn read_identity(set: Value, get: Value) -> Result<StoreIdentity, RedisError> {
+    let created = match server_answer(set)? {
+        Value::Nil => false,
+        Value::Okay => true,
+        other => return Err(unexpected(format!("SET NX answered {other:?}"))),
+    };
+    let id: Option<String> = redis::from_redis_value(server_answer(get)?)?;
+    match id {
+        Some(id) => Ok(StoreIdentity { id, created }),
+        None => Err(unexpected(
+            "the store id vanished right after SET NX".to_owned(),
+        )),
+    }
+}
+
+fn parse_mark(text: &str) -> Result<u64, RedisError> {
+    text.parse()
+        .map_err(|_| unexpected(format!("mark {text:?} is not a u64")))
+}
+
+pub(super) fn unexpected(detail: String) -> RedisError {
+    RedisError::from((ErrorKind::UnexpectedReturnType, "unexpected answer", detail))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_answers_are_checked_against_the_rule() {
+        let answer = |passed: i64, mark: Option<&str>| {
+            Value::Array(vec![
+                Value::Int(passed),
+                mark.map_or(Value::Nil, |m| Value::BulkString(m.as_bytes().to_vec())),
+            ])
+        };
+        assert_eq!(
+            read_advance(answer(1, None), 3, Compare::Strict).ok(),
+            Some(Advance::Accepted { previous: None })
+        );
+        assert_eq!(
+            read_advance(
+                answer(1, Some("18446744073709551615")),
+                u64::MAX,
+                Compare::Monotonic
+            )
+            .ok(),
+            Some(Advance::Accepted {
+                previous: Some(u64::MAX)
+            })
+        );
+        assert_eq!(
+            read_advance(answer(0, Some("10")), 9, Compare::Monotonic).ok(),
+            Some(Advance::Stale { current: 10 })
+        );
+        // A script that accepted a stale token, or a mark beyond u64, is an error.
+        assert!(read_advance(answer(1, Some("10")), 9, Compare::Monotonic).is_err());
+        assert!(read_advance(answer(0, Some("18446744073709551616")), 1, Compare::Strict).is_err());
+        assert!(read_advance(Value::Nil, 1, Compare::Strict).is_err());
+    }
+
+    #[test]
+    fn identity_answers_report_whether_the_record_was_created() {
+        let id = || Value::BulkString(b"abc".to_vec());
+        assert_eq!(
+            read_identity(Value::Okay, id()).ok(),
+            Some(StoreIdentity {
+                id: "abc".to_owned(),
+                created: true
+            })
+        );
+        assert_eq!(
+            read_identity(Value::Nil, id()).ok().map(|i| i.created),
+            Some(false)
+        );
+        assert!(read_identity(Value::Okay, Value::Nil).is_err());
+    }
+}

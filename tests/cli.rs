@@ -16,7 +16,12 @@ fn fencegate(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn shipped_example_configs_are_valid() {
-    for file in ["config/fencegate.toml", "config/docker.toml"] {
+    for file in [
+        "config/fencegate.toml",
+        "config/docker.toml",
+        "config/postgres.toml",
+        "config/redis.toml",
+    ] {
         let path = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
         let output = fencegate(&["check-config", &path]);
         assert!(
@@ -84,4 +89,37 @@ fn version_flag_prints_the_package_version() {
         stdout.trim(),
         format!("fencegate {}", env!("CARGO_PKG_VERSION"))
     );
+}
+
+#[test]
+fn migrate_creates_the_postgres_schema_and_is_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = support::postgres::unique_schema();
+    let path = dir.path().join("pg.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:8080\"\n[store]\nbackend = \"postgres\"\nurl = \"{}\"\nschema = \"{schema}\"\n",
+            support::postgres::TEST_POSTGRES_URL
+        ),
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let output = fencegate(&["migrate", "--config", path.to_str().unwrap()]);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            stdout.contains(&format!("schema {schema} is up to date")),
+            "{stdout}"
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(support::postgres::drop_schema(&schema));
 }

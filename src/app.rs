@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
+use crate::gate::Gates;
 use crate::gateway::Gateway;
 use crate::route::{CompiledRoute, RouteError, RouteTable};
 use crate::store::{self, adoption, CheckedStore, FenceStore, MarkCache, StoreError, StoreTrust};
@@ -35,6 +36,7 @@ pub struct App {
     store: Arc<dyn FenceStore>,
     cache: Arc<MarkCache>,
     trust: Arc<StoreTrust>,
+    gates: Gates,
 }
 
 impl App {
@@ -43,7 +45,8 @@ impl App {
     pub async fn build(config: Config) -> Result<App, StartError> {
         let routes = RouteTable::compile(&config.routes).map_err(StartError::Route)?;
         let backend = store::open(&config.store).await?;
-        let app = App::assemble(config, routes, backend);
+        let gates = Gates::open(&config.store).await?;
+        let app = App::assemble(config, routes, backend, gates);
         adoption::check(
             app.backend.as_ref(),
             &app.config.server.state_dir,
@@ -64,10 +67,15 @@ impl App {
     /// adoption check are skipped).
     pub fn with_store(config: Config, backend: Arc<dyn FenceStore>) -> Result<App, StartError> {
         let routes = RouteTable::compile(&config.routes).map_err(StartError::Route)?;
-        Ok(App::assemble(config, routes, backend))
+        Ok(App::assemble(config, routes, backend, Gates::local_only()))
     }
 
-    fn assemble(config: Config, routes: RouteTable, backend: Arc<dyn FenceStore>) -> App {
+    fn assemble(
+        config: Config,
+        routes: RouteTable,
+        backend: Arc<dyn FenceStore>,
+        gates: Gates,
+    ) -> App {
         let cache = Arc::new(MarkCache::new(config.store.cache_capacity()));
         let trust = Arc::new(StoreTrust::default());
         let store = Arc::new(CheckedStore::new(
@@ -82,6 +90,7 @@ impl App {
             store,
             cache,
             trust,
+            gates,
         }
     }
 
@@ -120,7 +129,11 @@ impl App {
             Arc::clone(&self.cache),
             self.config.server.store_check_interval,
         ));
-        let gateway = Gateway::new(Arc::clone(&self.routes), Arc::clone(&self.store));
+        let gateway = Gateway::new(
+            Arc::clone(&self.routes),
+            Arc::clone(&self.store),
+            self.gates.clone(),
+        );
         crate::server::serve(
             listener,
             gateway,
@@ -129,6 +142,9 @@ impl App {
         )
         .await;
         watcher.abort();
+        if let Some(shared) = &self.gates.shared {
+            shared.close().await;
+        }
         if let Err(e) = self.store.close().await {
             tracing::warn!(error = %e, "closing the store failed");
         }

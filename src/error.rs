@@ -52,6 +52,21 @@ pub enum GatewayError {
         token: u64,
         current: u64,
     },
+    #[error("route {route}: key {key}: token {token} was superseded by {current} while it waited for its turn")]
+    Superseded {
+        route: String,
+        key: String,
+        token: u64,
+        current: u64,
+    },
+    #[error(
+        "route {route}: key {key}: earlier writes of the key were still in flight after {after:?}"
+    )]
+    GateTimeout {
+        route: String,
+        key: String,
+        after: Duration,
+    },
     #[error("route {route}: key {key}: the fence store did not answer within {after:?}")]
     StoreTimeout {
         route: String,
@@ -122,8 +137,11 @@ impl GatewayError {
                 "invalid-fence",
                 "Invalid fencing token",
             ),
-            GatewayError::StaleFence { .. } => {
+            GatewayError::StaleFence { .. } | GatewayError::Superseded { .. } => {
                 (StatusCode::CONFLICT, "stale-fence", "Stale fencing token")
+            }
+            GatewayError::GateTimeout { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "gate-timeout", "Key busy")
             }
             GatewayError::StoreFailed {
                 source: StoreError::Untrusted { .. },
@@ -198,6 +216,12 @@ impl GatewayError {
                 key,
                 token,
                 current,
+            }
+            | GatewayError::Superseded {
+                route,
+                key,
+                token,
+                current,
             } => {
                 problem.route = Some(route.clone());
                 problem.key = Some(key.clone());
@@ -206,7 +230,8 @@ impl GatewayError {
                 extra = Some((X_FENCE_CURRENT, HeaderValue::from(*current)));
             }
             GatewayError::StoreTimeout { route, key, .. }
-            | GatewayError::StoreFailed { route, key, .. } => {
+            | GatewayError::StoreFailed { route, key, .. }
+            | GatewayError::GateTimeout { route, key, .. } => {
                 problem.route = Some(route.clone());
                 problem.key = Some(key.clone());
                 extra = Some((
@@ -229,6 +254,12 @@ impl GatewayError {
     fn log(&self) {
         match self {
             GatewayError::StaleFence {
+                route,
+                key,
+                token,
+                current,
+            }
+            | GatewayError::Superseded {
                 route,
                 key,
                 token,

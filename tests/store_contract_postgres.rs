@@ -15,6 +15,7 @@ fn config(schema: &str) -> PostgresStoreConfig {
         url: TEST_POSTGRES_URL.to_owned(),
         schema: schema.to_owned(),
         max_connections: 8,
+        gate_connections: 8,
         max_batch: DEFAULT_MAX_BATCH,
         cache_capacity: DEFAULT_CACHE_CAPACITY,
     }

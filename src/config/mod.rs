@@ -21,6 +21,9 @@ pub const DEFAULT_FENCE_HEADER: &str = "X-Fence";
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a fenced request waits for the store before it is refused with 503 (fail closed, I5).
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long an admitted request waits for its turn at the per-key gate before 503: several
+/// typical upstream round trips, well under a client's own timeout.
+pub const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long in-flight requests may run after a shutdown signal before connections are closed.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// How often the store's identity is re-checked while serving.
@@ -38,6 +41,8 @@ pub const DEFAULT_CACHE_CAPACITY: usize = 100_000;
 pub const DEFAULT_POSTGRES_SCHEMA: &str = "fencegate";
 /// Connections in the PostgreSQL pool of one gateway.
 pub const DEFAULT_POSTGRES_MAX_CONNECTIONS: u32 = 16;
+/// Connections of one gateway's cross-replica gate pool.
+pub const DEFAULT_POSTGRES_GATE_CONNECTIONS: u32 = 64;
 /// Prefix of fencegate's Redis keys unless the file names another.
 pub const DEFAULT_REDIS_KEY_PREFIX: &str = "fencegate:";
 /// The methods a route fences when it lists none: the unsafe ones of RFC 9110 §9.2.1.
@@ -149,6 +154,10 @@ pub struct PostgresStoreConfig {
     pub schema: String,
     #[serde(default = "default_postgres_max_connections")]
     pub max_connections: u32,
+    /// Connections for the cross-replica key gate (`ordering = "serialize"`): each forward in
+    /// flight holds one, so this bounds how many keys are written at once per gateway.
+    #[serde(default = "default_postgres_gate_connections")]
+    pub gate_connections: u32,
     #[serde(default = "default_max_batch")]
     pub max_batch: usize,
     #[serde(default = "default_cache_capacity")]
@@ -211,6 +220,11 @@ pub struct FenceConfig {
     pub store_timeout: Duration,
     #[serde(default)]
     pub on_store_error: OnStoreError,
+    #[serde(default)]
+    pub ordering: Ordering,
+    /// How long an admitted request may wait for its key's earlier writes before 503.
+    #[serde(default = "default_gate_timeout", with = "duration")]
+    pub gate_timeout: Duration,
 }
 
 impl Default for FenceConfig {
@@ -221,8 +235,21 @@ impl Default for FenceConfig {
             compare: Compare::default(),
             store_timeout: DEFAULT_STORE_TIMEOUT,
             on_store_error: OnStoreError::default(),
+            ordering: Ordering::default(),
+            gate_timeout: DEFAULT_GATE_TIMEOUT,
         }
     }
+}
+
+/// Whether writes of one key may be in flight to the upstream together (I4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ordering {
+    /// At most one forwarded write per key at a time, in admission order.
+    #[default]
+    Serialize,
+    /// Admitted writes are forwarded at once, possibly overlapping.
+    None,
 }
 
 /// What a fenced request does when the store fails or times out (I5).
@@ -272,6 +299,9 @@ fn default_state_dir() -> PathBuf {
 fn default_upstream_timeout() -> Duration {
     DEFAULT_UPSTREAM_TIMEOUT
 }
+fn default_gate_timeout() -> Duration {
+    DEFAULT_GATE_TIMEOUT
+}
 fn default_store_timeout() -> Duration {
     DEFAULT_STORE_TIMEOUT
 }
@@ -292,6 +322,9 @@ fn default_postgres_schema() -> String {
 }
 fn default_postgres_max_connections() -> u32 {
     DEFAULT_POSTGRES_MAX_CONNECTIONS
+}
+fn default_postgres_gate_connections() -> u32 {
+    DEFAULT_POSTGRES_GATE_CONNECTIONS
 }
 fn default_redis_key_prefix() -> String {
     DEFAULT_REDIS_KEY_PREFIX.to_owned()

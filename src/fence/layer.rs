@@ -17,9 +17,12 @@ use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
 use crate::store::{Advance, FenceStore};
 
-/// The resource key of a fenced request, for the layers after the fence.
+/// A fenced request the fence admitted: its resource key and token, for the layers after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourceKey(pub String);
+pub struct Admitted {
+    pub key: String,
+    pub token: u64,
+}
 
 #[derive(Clone)]
 pub struct FenceLayer {
@@ -80,12 +83,14 @@ where
             let route = routed.route;
             if route.fences(request.method()) {
                 let verdict = match read_key_and_token(&route, &routed.captures, &request) {
-                    Ok((key, token)) => advance(&route, key, token, store.as_ref()).await,
+                    Ok((key, token)) => advance(&route, key, token, store.as_ref())
+                        .await
+                        .map(|key| Admitted { key, token }),
                     Err(refusal) => Err(refusal),
                 };
                 match (verdict, route.fence.mode) {
-                    (Ok(key), _) => {
-                        request.extensions_mut().insert(ResourceKey(key));
+                    (Ok(admitted), _) => {
+                        request.extensions_mut().insert(admitted);
                     }
                     (Err(refusal), FenceMode::Observe) => observe(&route, &refusal),
                     (Err(refusal), _) if fails_open(&route, &refusal) => {

@@ -4,5 +4,5 @@
 mod layer;
 mod token;
 
-pub use layer::{Fence, FenceLayer, ResourceKey};
+pub use layer::{Admitted, Fence, FenceLayer};
 pub use token::{parse_fence_token, read_fence_header, TokenError};

@@ -18,11 +18,12 @@ use hyper::body::Incoming;
 use tower::{Service, ServiceBuilder, ServiceExt as _};
 
 use crate::fence::{Fence, FenceLayer};
+use crate::gate::{Gate, GateLayer, Gates};
 use crate::proxy::{Proxy, ProxyBody};
 use crate::route::{RouteTable, RESERVED_PREFIX};
 use crate::store::FenceStore;
 
-type RoutedStack = Routing<Fence<Proxy>>;
+type RoutedStack = Routing<Fence<Gate<Proxy>>>;
 
 /// The whole data plane as one cloneable service.
 #[derive(Clone)]
@@ -32,12 +33,15 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(routes: Arc<RouteTable>, store: Arc<dyn FenceStore>) -> Gateway {
+    pub fn new(routes: Arc<RouteTable>, store: Arc<dyn FenceStore>, gates: Gates) -> Gateway {
         let routed = ServiceBuilder::new()
             // First: find the route, so every later layer knows the route's settings.
             .layer(RoutingLayer::new(routes))
             // Before anything can reach the upstream: refuse stale generations (I1, I2).
             .layer(FenceLayer::new(Arc::clone(&store)))
+            // After admission, before forwarding: one write per key in flight, in admission
+            // order, re-checked against newer admissions when its turn comes (I4).
+            .layer(GateLayer::new(gates, Arc::clone(&store)))
             // Last: forward what passed.
             .service(Proxy::new());
         Gateway {

@@ -6,7 +6,9 @@ use std::time::Duration;
 use http::{HeaderName, Method};
 
 use super::{Captures, KeyTemplate, PathPattern};
-use crate::config::{Compare, FenceMode, OnStoreError, RouteConfig, DEFAULT_FENCED_METHODS};
+use crate::config::{
+    Compare, FenceMode, OnStoreError, Ordering, RouteConfig, DEFAULT_FENCED_METHODS,
+};
 use crate::proxy::UpstreamTarget;
 use crate::stats::RouteCounters;
 
@@ -36,6 +38,8 @@ pub struct FenceSettings {
     pub compare: Compare,
     pub store_timeout: Duration,
     pub on_store_error: OnStoreError,
+    pub ordering: Ordering,
+    pub gate_timeout: Duration,
 }
 
 impl CompiledRoute {
@@ -158,6 +162,8 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
             compare: config.fence.compare,
             store_timeout: config.fence.store_timeout,
             on_store_error: config.fence.on_store_error,
+            ordering: config.fence.ordering,
+            gate_timeout: config.fence.gate_timeout,
         },
         counters: RouteCounters::default(),
     })

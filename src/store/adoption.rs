@@ -13,7 +13,11 @@ const RECORD_FILE: &str = "adopted-store.json";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdoptionRecord {
     pub store_id: String,
-    /// When the operator (or the first start) adopted the store, in milliseconds since the epoch.
+    /// Unique per adoption: a gateway that stopped trusting its store trusts it again only under
+    /// a newer adoption than the one in force when it stopped (no clock involved).
+    #[serde(default)]
+    pub adoption_id: String,
+    /// When the store was adopted, in milliseconds since the epoch (for people reading the file).
     pub adopted_at_ms: u64,
 }
 
@@ -21,13 +25,9 @@ impl AdoptionRecord {
     pub fn now(store_id: &str) -> AdoptionRecord {
         AdoptionRecord {
             store_id: store_id.to_owned(),
+            adoption_id: super::new_store_id(),
             adopted_at_ms: millis(SystemTime::now()),
         }
-    }
-
-    /// Whether this adoption happened after `moment`.
-    pub fn is_after(&self, moment: SystemTime) -> bool {
-        self.adopted_at_ms > millis(moment)
     }
 }
 
@@ -88,21 +88,31 @@ pub async fn check(
         detail: format!("reading {}: {e}", record_path(state_dir).display()),
     })?;
     let verdict = judge(record.as_ref(), &identity);
-    match (&verdict, trust.distrusted_since()) {
-        (Verdict::AdoptNow, None) => {
-            write(state_dir, &AdoptionRecord::now(&identity.id)).map_err(|e| {
-                StoreError::Setup {
-                    backend: store.backend(),
-                    detail: format!("writing {}: {e}", record_path(state_dir).display()),
-                }
+    let adoption = record
+        .as_ref()
+        .map(|r| r.adoption_id.as_str())
+        .unwrap_or_default();
+    match (&verdict, trust.is_trusted()) {
+        (Verdict::AdoptNow, true) => {
+            let record = AdoptionRecord::now(&identity.id);
+            write(state_dir, &record).map_err(|e| StoreError::Setup {
+                backend: store.backend(),
+                detail: format!("writing {}: {e}", record_path(state_dir).display()),
             })?;
+            trust.note_adoption(&record.adoption_id);
             tracing::info!(store = %identity.id, created = identity.created, "adopted the store");
         }
-        (Verdict::Trusted, Some(since)) if record.as_ref().is_some_and(|r| r.is_after(since)) => {
+        (Verdict::Trusted, true) => trust.note_adoption(adoption),
+        (Verdict::Trusted, false) if trust.adopted_since_distrust(adoption) => {
             cache.clear();
+            trust.note_adoption(adoption);
             trust.restore();
         }
-        (Verdict::Forgotten { .. } | Verdict::Foreign { .. }, _) => {
+        (Verdict::Forgotten { .. } | Verdict::Foreign { .. }, trusted) => {
+            if trusted {
+                // Only an adoption newer than this one restores trust.
+                trust.note_adoption(adoption);
+            }
             if let Some(reason) = verdict.reason() {
                 trust.distrust(reason);
             }

@@ -4,7 +4,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use std::time::SystemTime;
 
 use super::StoreError;
 
@@ -12,8 +11,10 @@ use super::StoreError;
 pub struct StoreTrust {
     /// Fast path: read on every fenced request.
     distrusted: AtomicBool,
-    /// Why, and since when (a later adoption restores trust).
-    reason: Mutex<Option<(String, SystemTime)>>,
+    /// Why, and which adoption was in force then (a newer adoption restores trust).
+    reason: Mutex<Option<(String, String)>>,
+    /// The adoption in force, as last seen by the store check.
+    adoption: Mutex<String>,
 }
 
 impl StoreTrust {
@@ -37,18 +38,30 @@ impl StoreTrust {
 
     /// Stops trusting the store; the first reason is kept.
     pub fn distrust(&self, reason: String) {
+        let adoption = self.adoption.lock().map(|a| a.clone()).unwrap_or_default();
         if let Ok(mut current) = self.reason.lock() {
             if current.is_none() {
                 tracing::error!(%reason, "refusing fenced traffic until an operator runs `fencegate store adopt`");
-                *current = Some((reason, SystemTime::now()));
+                *current = Some((reason, adoption));
             }
         }
         self.distrusted.store(true, Ordering::Release);
     }
 
-    /// Since when the store is distrusted.
-    pub fn distrusted_since(&self) -> Option<SystemTime> {
-        self.reason.lock().ok()?.as_ref().map(|(_, since)| *since)
+    /// Records the adoption in force (read from the gateway's adoption record).
+    pub fn note_adoption(&self, adoption_id: &str) {
+        if let Ok(mut current) = self.adoption.lock() {
+            adoption_id.clone_into(&mut current);
+        }
+    }
+
+    /// Whether `adoption_id` is a newer adoption than the one in force when trust was lost.
+    pub fn adopted_since_distrust(&self, adoption_id: &str) -> bool {
+        self.reason
+            .lock()
+            .ok()
+            .and_then(|reason| reason.as_ref().map(|(_, under)| under != adoption_id))
+            .unwrap_or(false)
     }
 
     /// Trusts the store again (after an adoption newer than the distrust).

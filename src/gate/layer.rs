@@ -1,0 +1,170 @@
+//! `GateLayer` → `Gate<S>`: serializes admitted writes per key (route `ordering = "serialize"`).
+//! A request waits for its key's turn (bounded by `gate_timeout`), then re-checks its token: if a
+//! newer one was admitted while it waited, it is refused with 409 and never forwarded.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use futures_util::future::BoxFuture;
+use http::{Request, Response};
+use http_body_util::BodyExt as _;
+use tower::{Layer, Service};
+
+use super::{GatedBody, Gates, LocalPass, SharedPass};
+use crate::config::Ordering;
+use crate::error::GatewayError;
+use crate::fence::Admitted;
+use crate::proxy::ProxyBody;
+use crate::route::{CompiledRoute, RouteMatch};
+use crate::store::FenceStore;
+
+#[derive(Clone)]
+pub struct GateLayer {
+    gates: Gates,
+    store: Arc<dyn FenceStore>,
+}
+
+impl GateLayer {
+    pub fn new(gates: Gates, store: Arc<dyn FenceStore>) -> GateLayer {
+        GateLayer { gates, store }
+    }
+}
+
+impl<S> Layer<S> for GateLayer {
+    type Service = Gate<S>;
+
+    fn layer(&self, inner: S) -> Gate<S> {
+        Gate {
+            gates: self.gates.clone(),
+            store: Arc::clone(&self.store),
+            inner,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Gate<S> {
+    gates: Gates,
+    store: Arc<dyn FenceStore>,
+    inner: S,
+}
+
+/// Both gates of one forward, released together when the response body ends.
+struct Passes {
+    // Field order is drop order: the shared lock goes first, then waiters in this process run.
+    _shared: Option<SharedPass>,
+    _local: LocalPass,
+}
+
+impl<S, B> Service<Request<B>> for Gate<S>
+where
+    S: Service<Request<B>, Response = Response<ProxyBody>, Error = GatewayError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+{
+    type Response = Response<ProxyBody>;
+    type Error = GatewayError;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let gates = self.gates.clone();
+        let store = Arc::clone(&self.store);
+        Box::pin(async move {
+            let route = request
+                .extensions()
+                .get::<RouteMatch>()
+                .map(|m| Arc::clone(&m.route));
+            let admitted = request.extensions().get::<Admitted>().cloned();
+            let (Some(route), Some(admitted)) = (route, admitted) else {
+                return inner.call(request).await;
+            };
+            if route.fence.ordering == Ordering::None {
+                return inner.call(request).await;
+            }
+            let passes = enter(&gates, &route, &admitted).await?;
+            recheck(store.as_ref(), &route, &admitted).await?;
+            // On an upstream error or timeout the passes drop here, after the upstream call
+            // (and with it its connection) has been dropped.
+            let response = inner.call(request).await?;
+            Ok(response.map(|body| GatedBody::new(body, passes).boxed()))
+        })
+    }
+}
+
+/// Waits for the key's turn in this process, then across replicas, within `gate_timeout`.
+async fn enter(
+    gates: &Gates,
+    route: &CompiledRoute,
+    admitted: &Admitted,
+) -> Result<Passes, GatewayError> {
+    let started = Instant::now();
+    let wait = route.fence.gate_timeout;
+    let timeout = || GatewayError::GateTimeout {
+        route: route.name.clone(),
+        key: admitted.key.clone(),
+        after: wait,
+    };
+    let local = tokio::time::timeout(wait, gates.local.enter(&admitted.key))
+        .await
+        .map_err(|_| timeout())?;
+    let shared = match &gates.shared {
+        None => None,
+        Some(shared) => {
+            let left = wait.saturating_sub(started.elapsed());
+            match shared.enter(&admitted.key, left).await {
+                Ok(pass) => Some(pass),
+                Err(super::postgres::SharedGateError::Timeout(_)) => return Err(timeout()),
+                Err(super::postgres::SharedGateError::Store(source)) => {
+                    return Err(GatewayError::StoreFailed {
+                        route: route.name.clone(),
+                        key: admitted.key.clone(),
+                        source,
+                    })
+                }
+            }
+        }
+    };
+    Ok(Passes {
+        _shared: shared,
+        _local: local,
+    })
+}
+
+/// Refuses the request if a newer token than its own was admitted while it waited.
+async fn recheck(
+    store: &dyn FenceStore,
+    route: &CompiledRoute,
+    admitted: &Admitted,
+) -> Result<(), GatewayError> {
+    let current =
+        tokio::time::timeout(route.fence.store_timeout, store.current(&admitted.key)).await;
+    match current {
+        Ok(Ok(Some(current))) if current > admitted.token => Err(GatewayError::Superseded {
+            route: route.name.clone(),
+            key: admitted.key.clone(),
+            token: admitted.token,
+            current,
+        }),
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(source)) => Err(GatewayError::StoreFailed {
+            route: route.name.clone(),
+            key: admitted.key.clone(),
+            source,
+        }),
+        Err(_) => Err(GatewayError::StoreTimeout {
+            route: route.name.clone(),
+            key: admitted.key.clone(),
+            after: route.fence.store_timeout,
+        }),
+    }
+}

@@ -15,4 +15,4 @@ pub mod upstream;
 pub use client::{send, send_h2, Reply};
 pub use gateway::TestGateway;
 pub use process::GatewayProcess;
-pub use upstream::{Behavior, RecordingUpstream, Seen};
+pub use upstream::{Abandoned, Behavior, RecordingUpstream, Seen, DELAY_HEADER};

@@ -48,9 +48,23 @@ impl Seen {
     }
 }
 
+/// A request whose handling ended before the upstream answered: the client (the gateway) went
+/// away and its connection was torn down.
+#[derive(Debug, Clone)]
+pub struct Abandoned {
+    pub target: String,
+    pub fence: Option<u64>,
+    pub arrived: Instant,
+    pub torn_down: Instant,
+}
+
+/// Header that makes the upstream wait this many milliseconds before answering one request.
+pub const DELAY_HEADER: &str = "x-test-delay-ms";
+
 pub struct RecordingUpstream {
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
+    abandoned: Arc<Mutex<Vec<Abandoned>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -61,17 +75,21 @@ impl RecordingUpstream {
             .expect("bind upstream");
         let addr = listener.local_addr().expect("upstream address");
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let abandoned: Arc<Mutex<Vec<Abandoned>>> = Arc::default();
         let record = Arc::clone(&seen);
+        let gone = Arc::clone(&abandoned);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
                 let record = Arc::clone(&record);
+                let gone = Arc::clone(&gone);
                 tokio::spawn(async move {
                     let service = service_fn(move |request| {
                         let record = Arc::clone(&record);
-                        async move { Ok::<_, Infallible>(answer(request, behavior, record).await) }
+                        let gone = Arc::clone(&gone);
+                        async move { Ok::<_, Infallible>(answer(request, behavior, record, gone).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
@@ -79,7 +97,17 @@ impl RecordingUpstream {
                 });
             }
         });
-        RecordingUpstream { addr, seen, task }
+        RecordingUpstream {
+            addr,
+            seen,
+            abandoned,
+            task,
+        }
+    }
+
+    /// Requests whose handling was cut short by the client going away.
+    pub fn abandoned(&self) -> Vec<Abandoned> {
+        self.abandoned.lock().expect("record lock").clone()
     }
 
     pub fn url(&self) -> String {
@@ -105,13 +133,59 @@ impl Drop for RecordingUpstream {
     }
 }
 
+/// Records the request as abandoned if its handler is dropped before it finishes.
+struct InFlight {
+    abandoned: Arc<Mutex<Vec<Abandoned>>>,
+    target: String,
+    fence: Option<u64>,
+    arrived: Instant,
+    finished: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Ok(mut abandoned) = self.abandoned.lock() {
+                abandoned.push(Abandoned {
+                    target: self.target.clone(),
+                    fence: self.fence,
+                    arrived: self.arrived,
+                    torn_down: Instant::now(),
+                });
+            }
+        }
+    }
+}
+
 async fn answer(
     request: Request<Incoming>,
     behavior: Behavior,
     record: Arc<Mutex<Vec<Seen>>>,
+    abandoned: Arc<Mutex<Vec<Abandoned>>>,
 ) -> Response<Full<Bytes>> {
     let arrived = Instant::now();
     let (parts, mut body) = request.into_parts();
+    let mut in_flight = InFlight {
+        abandoned,
+        target: parts
+            .uri
+            .path_and_query()
+            .map_or("/", |pq| pq.as_str())
+            .to_owned(),
+        fence: parts
+            .headers
+            .get("x-fence")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok()),
+        arrived,
+        finished: false,
+    };
+    let extra_delay = parts
+        .headers
+        .get(DELAY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_millis);
     let mut body_len = 0u64;
     // Count the body frame by frame: a large upload is never held in memory.
     while let Some(frame) = body.frame().await {
@@ -132,6 +206,10 @@ async fn answer(
             tokio::time::sleep(Duration::from_micros(micros)).await;
         }
     }
+    if let Some(delay) = extra_delay {
+        tokio::time::sleep(delay).await;
+    }
+    in_flight.finished = true;
     let seen = Seen {
         method: parts.method.to_string(),
         target: parts

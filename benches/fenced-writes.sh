@@ -3,6 +3,9 @@
 # side with a gateway's passthrough route (mode = "off") and the upstream called directly, in one run.
 #
 #   benches/fenced-writes.sh            # 5 rounds of 10 s per path, c=64 (ROUNDS, SECS, CONNS, KEYS)
+#   PATHS="..." benches/fenced-writes.sh  # other paths: direct, passthrough, fenced-BACKEND, and
+#                                         # SHAPE-ORDERING-BACKEND with SHAPE = spread | hot (one key),
+#                                         # ORDERING = serialize | none (benches/ordering.sh uses these)
 #
 # PostgreSQL (127.0.0.1:5432, database test, schema fencegate_bench, recreated) and Redis
 # (127.0.0.1:6379, keys under fencegate-bench:*, deleted afterwards) must be running; the script
@@ -22,6 +25,7 @@ KEYS=${KEYS:-10000}
 UPSTREAM_PORT=${UPSTREAM_PORT:-19000}
 GATEWAY_PORT=${GATEWAY_PORT:-18080}
 BACKENDS=${BACKENDS:-"embedded postgres redis"}
+PATHS=${PATHS:-"direct passthrough $(for b in $BACKENDS; do printf 'fenced-%s ' "$b"; done)"}
 REDIS_PREFIX="fencegate-bench:$(date +%s):"
 
 need() { command -v "$1" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
@@ -29,7 +33,7 @@ need wrk wrk
 need nginx nginx-light
 
 scripts/ensure-services.sh >/dev/null
-psql -q -h 127.0.0.1 -U postgres -d test -c "DROP SCHEMA IF EXISTS fencegate_bench CASCADE" >/dev/null
+PGOPTIONS="--client-min-messages=warning" psql -q -h 127.0.0.1 -U postgres -d test -c "DROP SCHEMA IF EXISTS fencegate_bench CASCADE" >/dev/null
 
 work=$(mktemp -d)
 gateway_pids=()
@@ -83,6 +87,13 @@ path = "/invoices/{id}"
 upstream = "http://127.0.0.1:$UPSTREAM_PORT"
 resource_key = "invoice:{id}"
 [[routes]]
+name = "unordered"
+path = "/unordered/{id}"
+upstream = "http://127.0.0.1:$UPSTREAM_PORT"
+resource_key = "invoice:{id}"
+[routes.fence]
+ordering = "none"
+[[routes]]
 name = "plain"
 path = "/plain/{id}"
 upstream = "http://127.0.0.1:$UPSTREAM_PORT"
@@ -99,10 +110,18 @@ cat > "$work/advance.lua" <<'LUA'
 local n = 0
 local keys = tonumber(os.getenv("KEYS"))
 local base = tonumber(os.getenv("BASE"))
+local prefix = os.getenv("PREFIX")
 request = function()
   n = n + 1
-  return wrk.format("POST", "/invoices/" .. (n % keys), { ["X-Fence"] = string.format("%.0f", base + n) }, "")
+  return wrk.format("POST", prefix .. (n % keys), { ["X-Fence"] = string.format("%.0f", base + n) }, "")
 end
+done = function(summary) io.write(string.format("non2xx %d\n", summary.errors.status)) end
+LUA
+# One hot key: every request carries the same (current) token, so each is accepted.
+cat > "$work/hot.lua" <<'LUA'
+local token = string.format("%.0f", tonumber(os.getenv("BASE")))
+local prefix = os.getenv("PREFIX")
+request = function() return wrk.format("POST", prefix .. "hot", { ["X-Fence"] = token }, "") end
 done = function(summary) io.write(string.format("non2xx %d\n", summary.errors.status)) end
 LUA
 cat > "$work/plain.lua" <<'LUA'
@@ -116,9 +135,9 @@ to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v+0} else if (v ~ /
 
 # One wrk run; prints "req/s p50_us p99_us non2xx".
 run() {
-  local url=$1 script=$2
+  local url=$1 script=$2 prefix=${3:-/invoices/}
   local out
-  out=$(BASE=$(( $(date +%s%N) / 1000 )) KEYS=$KEYS wrk -t1 -c"$CONNS" -d"${SECS}s" --latency -s "$script" "$url")
+  out=$(BASE=$(( $(date +%s%N) / 1000 )) KEYS=$KEYS PREFIX=$prefix wrk -t1 -c"$CONNS" -d"${SECS}s" --latency -s "$script" "$url")
   local rps p50 p99 bad
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out" | to_us)
@@ -129,8 +148,7 @@ run() {
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-paths="direct passthrough"
-for backend in $BACKENDS; do paths+=" fenced-$backend"; done
+paths=$PATHS
 
 declare -A results
 for round in $(seq 1 "$ROUNDS"); do
@@ -139,6 +157,11 @@ for round in $(seq 1 "$ROUNDS"); do
       direct) line=$(run "http://127.0.0.1:$UPSTREAM_PORT/plain/1" "$work/plain.lua") ;;
       passthrough) line=$(run "http://127.0.0.1:${port[$first_backend]}/plain/1" "$work/plain.lua") ;;
       fenced-*) line=$(run "http://127.0.0.1:${port[${path#fenced-}]}/invoices/1" "$work/advance.lua") ;;
+      *-*-*)
+        IFS=- read -r shape ordering backend <<<"$path"
+        prefix=/invoices/
+        [ "$ordering" = none ] && prefix=/unordered/
+        line=$(run "http://127.0.0.1:${port[$backend]}$prefix" "$work/$( [ "$shape" = hot ] && echo hot || echo advance ).lua" "$prefix") ;;
     esac
     echo "round $round $path: req/s p50_us p99_us non2xx = $line" >&2
     results[$path]+="$line"$'\n'
@@ -150,13 +173,14 @@ echo "wrk -t1 -c$CONNS, ${SECS}s per run, median of $ROUNDS rounds (paths altern
 echo
 echo "| path | req/s | × passthrough | p50 (µs) | p99 (µs) | non-2xx (all runs) |"
 echo "|---|---|---|---|---|---|"
-base=$(awk 'NF {print $1}' <<<"${results[passthrough]}" | median)
+base=$(awk 'NF {print $1}' <<<"${results[passthrough]:-}" | median)
+base=${base:-0}
 for path in $paths; do
   rows=${results[$path]}
   rps=$(awk 'NF {print $1}' <<<"$rows" | median)
   p50=$(awk 'NF {print $2}' <<<"$rows" | median)
   p99=$(awk 'NF {print $3}' <<<"$rows" | median)
   bad=$(awk 'NF {s+=$4} END {print s+0}' <<<"$rows")
-  ratio=$(awk -v a="$rps" -v b="$base" 'BEGIN {printf "%.2f", a / b}')
+  ratio=$(awk -v a="$rps" -v b="$base" 'BEGIN {if (b > 0) printf "%.2f", a / b; else printf "-"}')
   echo "| $path | $rps | $ratio | $p50 | $p99 | $bad |"
 done

@@ -68,3 +68,41 @@ pub fn check_history(clients: &[ClientRecord], upstream: &[UpstreamRecord]) -> R
     }
     Ok(())
 }
+
+/// One request as the upstream handled it, for the ordering checks.
+#[derive(Debug, Clone)]
+pub struct UpstreamSpan {
+    pub seq: u64,
+    pub key: u64,
+    pub token: u64,
+    pub arrived: Instant,
+    pub finished: Instant,
+}
+
+/// I4 from the upstream's record: per key, the tokens in arrival order never decrease, and no
+/// two requests of one key were handled at overlapping times.
+pub fn check_serialized(spans: &[UpstreamSpan]) -> Result<(), String> {
+    let mut by_key: HashMap<u64, Vec<&UpstreamSpan>> = HashMap::new();
+    for span in spans {
+        by_key.entry(span.key).or_default().push(span);
+    }
+    for (key, mut spans) in by_key {
+        spans.sort_by_key(|s| s.arrived);
+        for pair in spans.windows(2) {
+            let (earlier, later) = (pair[0], pair[1]);
+            if later.token < earlier.token {
+                return Err(format!(
+                    "key {key}: token {} (#{}) reached the upstream after token {} (#{})",
+                    later.token, later.seq, earlier.token, earlier.seq
+                ));
+            }
+            if later.arrived < earlier.finished {
+                return Err(format!(
+                    "key {key}: #{} (token {}) overlapped #{} (token {}) at the upstream",
+                    later.seq, later.token, earlier.seq, earlier.token
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -156,3 +156,64 @@ async fn three_replicas_on_one_redis_never_forward_a_stale_token() {
     }
     support::redis::delete_keys(&prefix).await;
 }
+
+/// The cross-replica gate is held by a database transaction, so a replica killed in the middle of
+/// a forward does not keep its key closed: its connection closes and the lock goes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_killed_mid_forward_does_not_keep_its_key_closed() {
+    let schema = unique_schema();
+    let store = format!(
+        "[store]\nbackend = \"postgres\"\nurl = \"{TEST_POSTGRES_URL}\"\nschema = \"{schema}\"\n"
+    );
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let route = fenced_route("acct", &upstream.url(), "enforce", "monotonic").replace(
+        "compare = \"monotonic\"",
+        "compare = \"monotonic\"\ngate_timeout = \"5s\"",
+    );
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let doomed = GatewayProcess::start_with_store(dirs[0].path(), &store, &route);
+    let survivor = GatewayProcess::start_with_store(dirs[1].path(), &store, &route);
+    let slow_url = doomed.url("/acct/1");
+    let slow = tokio::spawn(async move {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<http_body_util::Full<bytes::Bytes>>();
+        let request = http::Request::put(slow_url)
+            .header("x-fence", "1")
+            .header(support::DELAY_HEADER, "10000")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        client.request(request).await.is_ok()
+    });
+    // Wait until the slow write holds the gate (it has reached the upstream).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while upstream.in_flight() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the slow write never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // While the doomed replica forwards, the key is closed on the other replica too.
+    let blocked = tokio::time::timeout(
+        Duration::from_millis(500),
+        send("PUT", &survivor.url("/acct/1"), &[("x-fence", "1")], ""),
+    )
+    .await;
+    assert!(
+        blocked.is_err(),
+        "the survivor forwarded while the doomed replica held the key"
+    );
+    doomed.kill_9();
+    let started = Instant::now();
+    let next = send("PUT", &survivor.url("/acct/1"), &[("x-fence", "1")], "").await;
+    assert_eq!(next.status, 200, "{:?}", next.body);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the key stayed closed for {:?}",
+        started.elapsed()
+    );
+    let _ = slow.await;
+    drop(survivor);
+    drop_schema(&schema).await;
+}

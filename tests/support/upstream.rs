@@ -61,10 +61,17 @@ pub struct Abandoned {
 /// Header that makes the upstream wait this many milliseconds before answering one request.
 pub const DELAY_HEADER: &str = "x-test-delay-ms";
 
+/// Everything the upstream records, shared by its connection tasks.
+#[derive(Default)]
+struct Records {
+    seen: Mutex<Vec<Seen>>,
+    abandoned: Mutex<Vec<Abandoned>>,
+    in_flight: std::sync::atomic::AtomicUsize,
+}
+
 pub struct RecordingUpstream {
     pub addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    abandoned: Arc<Mutex<Vec<Abandoned>>>,
+    records: Arc<Records>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -74,22 +81,18 @@ impl RecordingUpstream {
             .await
             .expect("bind upstream");
         let addr = listener.local_addr().expect("upstream address");
-        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let abandoned: Arc<Mutex<Vec<Abandoned>>> = Arc::default();
-        let record = Arc::clone(&seen);
-        let gone = Arc::clone(&abandoned);
+        let records: Arc<Records> = Arc::default();
+        let shared = Arc::clone(&records);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let record = Arc::clone(&record);
-                let gone = Arc::clone(&gone);
+                let shared = Arc::clone(&shared);
                 tokio::spawn(async move {
                     let service = service_fn(move |request| {
-                        let record = Arc::clone(&record);
-                        let gone = Arc::clone(&gone);
-                        async move { Ok::<_, Infallible>(answer(request, behavior, record, gone).await) }
+                        let shared = Arc::clone(&shared);
+                        async move { Ok::<_, Infallible>(answer(request, behavior, shared).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
@@ -99,15 +102,21 @@ impl RecordingUpstream {
         });
         RecordingUpstream {
             addr,
-            seen,
-            abandoned,
+            records,
             task,
         }
     }
 
+    /// Requests being handled right now.
+    pub fn in_flight(&self) -> usize {
+        self.records
+            .in_flight
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Requests whose handling was cut short by the client going away.
     pub fn abandoned(&self) -> Vec<Abandoned> {
-        self.abandoned.lock().expect("record lock").clone()
+        self.records.abandoned.lock().expect("record lock").clone()
     }
 
     pub fn url(&self) -> String {
@@ -115,7 +124,7 @@ impl RecordingUpstream {
     }
 
     pub fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().expect("record lock").clone()
+        self.records.seen.lock().expect("record lock").clone()
     }
 
     /// Requests whose target starts with `prefix`.
@@ -133,9 +142,10 @@ impl Drop for RecordingUpstream {
     }
 }
 
-/// Records the request as abandoned if its handler is dropped before it finishes.
+/// Counts the request in flight, and records it as abandoned if its handler is dropped before it
+/// finishes.
 struct InFlight {
-    abandoned: Arc<Mutex<Vec<Abandoned>>>,
+    records: Arc<Records>,
     target: String,
     fence: Option<u64>,
     arrived: Instant,
@@ -144,8 +154,11 @@ struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        self.records
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         if !self.finished {
-            if let Ok(mut abandoned) = self.abandoned.lock() {
+            if let Ok(mut abandoned) = self.records.abandoned.lock() {
                 abandoned.push(Abandoned {
                     target: self.target.clone(),
                     fence: self.fence,
@@ -160,13 +173,15 @@ impl Drop for InFlight {
 async fn answer(
     request: Request<Incoming>,
     behavior: Behavior,
-    record: Arc<Mutex<Vec<Seen>>>,
-    abandoned: Arc<Mutex<Vec<Abandoned>>>,
+    records: Arc<Records>,
 ) -> Response<Full<Bytes>> {
     let arrived = Instant::now();
     let (parts, mut body) = request.into_parts();
+    records
+        .in_flight
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let mut in_flight = InFlight {
-        abandoned,
+        records: Arc::clone(&records),
         target: parts
             .uri
             .path_and_query()
@@ -222,7 +237,7 @@ async fn answer(
         arrived,
         finished: Instant::now(),
     };
-    record.lock().expect("record lock").push(seen);
+    records.seen.lock().expect("record lock").push(seen);
     Response::builder()
         .header("x-upstream", "yes")
         .header("connection", "x-upstream-hop")

@@ -5,6 +5,7 @@ pub mod adoption;
 mod cache;
 mod checked;
 mod embedded;
+pub mod intents;
 mod postgres;
 mod redis;
 mod trust;
@@ -12,6 +13,10 @@ mod trust;
 pub use cache::MarkCache;
 pub use checked::CheckedStore;
 pub use embedded::EmbeddedStore;
+pub use intents::{
+    decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
+    StoredOutcome,
+};
 pub use postgres::{migrate as migrate_postgres, PostgresStore};
 pub use redis::RedisStore;
 pub use trust::StoreTrust;

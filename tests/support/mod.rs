@@ -6,6 +6,7 @@ pub mod client;
 pub mod contract;
 pub mod gateway;
 pub mod history;
+pub mod intent_contract;
 pub mod leases;
 pub mod postgres;
 pub mod process;

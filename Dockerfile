@@ -11,6 +11,7 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
+COPY build.rs ./
 COPY src ./src
 # PostgreSQL migrations are embedded in the binary at build time.
 COPY migrations ./migrations

@@ -12,7 +12,10 @@ use crate::config::Config;
 use crate::gate::Gates;
 use crate::gateway::Gateway;
 use crate::route::{CompiledRoute, RouteError, RouteTable};
-use crate::store::{self, adoption, CheckedStore, FenceStore, MarkCache, StoreError, StoreTrust};
+use crate::store::intents::NoIntentStore;
+use crate::store::{
+    self, adoption, CheckedStore, FenceStore, IntentStore, MarkCache, StoreError, StoreTrust,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -37,6 +40,7 @@ pub struct App {
     cache: Arc<MarkCache>,
     trust: Arc<StoreTrust>,
     gates: Gates,
+    intents: Option<Arc<dyn IntentStore>>,
 }
 
 impl App {
@@ -44,9 +48,9 @@ impl App {
     /// against this gateway's adoption record.
     pub async fn build(config: Config) -> Result<App, StartError> {
         let routes = RouteTable::compile(&config.routes).map_err(StartError::Route)?;
-        let backend = store::open(&config.store).await?;
+        let opened = store::open(&config.store).await?;
         let gates = Gates::open(&config.store).await?;
-        let app = App::assemble(config, routes, backend, gates);
+        let app = App::assemble(config, routes, opened.fences, Some(opened.intents), gates);
         adoption::check(
             app.backend.as_ref(),
             &app.config.server.state_dir,
@@ -63,17 +67,24 @@ impl App {
         Ok(app)
     }
 
-    /// Like [`App::build`], but on a store the caller opened (the `[store]` table and the
-    /// adoption check are skipped).
+    /// Like [`App::build`], but on a fence store the caller opened (the `[store]` table and the
+    /// adoption check are skipped; routes with idempotency answer 503).
     pub fn with_store(config: Config, backend: Arc<dyn FenceStore>) -> Result<App, StartError> {
         let routes = RouteTable::compile(&config.routes).map_err(StartError::Route)?;
-        Ok(App::assemble(config, routes, backend, Gates::local_only()))
+        Ok(App::assemble(
+            config,
+            routes,
+            backend,
+            None,
+            Gates::local_only(),
+        ))
     }
 
     fn assemble(
         config: Config,
         routes: RouteTable,
         backend: Arc<dyn FenceStore>,
+        intents: Option<Arc<dyn IntentStore>>,
         gates: Gates,
     ) -> App {
         let cache = Arc::new(MarkCache::new(config.store.cache_capacity()));
@@ -91,6 +102,7 @@ impl App {
             cache,
             trust,
             gates,
+            intents,
         }
     }
 
@@ -102,6 +114,11 @@ impl App {
     /// The store as the gateway uses it (behind the cache and the trust check).
     pub fn store(&self) -> Arc<dyn FenceStore> {
         Arc::clone(&self.store)
+    }
+
+    /// The intent records of idempotent routes, when the store provides them.
+    pub fn intents(&self) -> Option<Arc<dyn IntentStore>> {
+        self.intents.clone()
     }
 
     /// Whether the gateway currently trusts its store.
@@ -129,9 +146,15 @@ impl App {
             Arc::clone(&self.cache),
             self.config.server.store_check_interval,
         ));
+        let intents = self
+            .intents
+            .clone()
+            .unwrap_or_else(|| Arc::new(NoIntentStore) as Arc<dyn IntentStore>);
+        let pruner = tokio::spawn(prune_intents(Arc::clone(&intents)));
         let gateway = Gateway::new(
             Arc::clone(&self.routes),
             Arc::clone(&self.store),
+            intents,
             self.gates.clone(),
         );
         crate::server::serve(
@@ -142,6 +165,7 @@ impl App {
         )
         .await;
         watcher.abort();
+        pruner.abort();
         if let Some(shared) = &self.gates.shared {
             shared.close().await;
         }
@@ -167,6 +191,38 @@ async fn watch_store(
         ticks.tick().await;
         if let Err(e) = adoption::check(backend.as_ref(), &state_dir, &trust, &cache).await {
             tracing::debug!(error = %e, "store identity check failed; will retry");
+        }
+    }
+}
+
+/// How often expired intent records are pruned.
+const PRUNE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+/// Most records deleted by one prune call: bounds each call's work on the store.
+const PRUNE_BATCH: usize = 1000;
+
+/// Deletes intent records past their retention, in bounded batches (owned by `App::serve`).
+async fn prune_intents(intents: Arc<dyn IntentStore>) {
+    let mut ticks = tokio::time::interval(PRUNE_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        loop {
+            match intents
+                .prune(crate::idempotency::now_ms(), PRUNE_BATCH)
+                .await
+            {
+                Ok(pruned) if pruned == PRUNE_BATCH => continue,
+                Ok(pruned) => {
+                    if pruned > 0 {
+                        tracing::info!(pruned, "pruned expired intent records");
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "pruning intent records failed; will retry");
+                    break;
+                }
+            }
         }
     }
 }

@@ -89,6 +89,22 @@ pub enum GatewayError {
     },
     #[error("route {route}: the upstream did not answer within {after:?}")]
     UpstreamTimeout { route: String, after: Duration },
+    #[error("the request body could not be read")]
+    ClientBody,
+    #[error("route {route}: the request body is larger than {limit} bytes")]
+    BodyTooLarge { route: String, limit: usize },
+    #[error("route {route}: the request needs an idempotency key in the {header} header")]
+    IdempotencyKeyRequired { route: String, header: String },
+    #[error("route {route}: idempotency key {key} was used for a different request")]
+    IdempotencyKeyReused { route: String, key: String },
+    #[error("route {route}: a request with idempotency key {key} is still in progress")]
+    RequestInProgress {
+        route: String,
+        key: String,
+        retry_after_secs: u64,
+    },
+    #[error("route {route}: the upstream's response body failed")]
+    UpstreamBodyFailed { route: String },
     #[error("internal error: {0}")]
     Internal(&'static str),
 }
@@ -97,9 +113,9 @@ impl GatewayError {
     pub fn origin(&self) -> Origin {
         match self {
             GatewayError::StoreTimeout { .. } | GatewayError::StoreFailed { .. } => Origin::Store,
-            GatewayError::UpstreamUnavailable { .. } | GatewayError::UpstreamTimeout { .. } => {
-                Origin::Upstream
-            }
+            GatewayError::UpstreamUnavailable { .. }
+            | GatewayError::UpstreamTimeout { .. }
+            | GatewayError::UpstreamBodyFailed { .. } => Origin::Upstream,
             GatewayError::Internal(_) => Origin::Gateway,
             _ => Origin::Client,
         }
@@ -165,6 +181,36 @@ impl GatewayError {
                 StatusCode::GATEWAY_TIMEOUT,
                 "upstream-timeout",
                 "Upstream timed out",
+            ),
+            GatewayError::ClientBody => (
+                StatusCode::BAD_REQUEST,
+                "invalid-body",
+                "Request body unreadable",
+            ),
+            GatewayError::BodyTooLarge { .. } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body-too-large",
+                "Request body too large",
+            ),
+            GatewayError::IdempotencyKeyRequired { .. } => (
+                StatusCode::BAD_REQUEST,
+                "idempotency-key-required",
+                "Idempotency key required",
+            ),
+            GatewayError::IdempotencyKeyReused { .. } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency-key-reused",
+                "Idempotency key reused",
+            ),
+            GatewayError::RequestInProgress { .. } => (
+                StatusCode::CONFLICT,
+                "request-in-progress",
+                "Request in progress",
+            ),
+            GatewayError::UpstreamBodyFailed { .. } => (
+                StatusCode::BAD_GATEWAY,
+                "upstream-unavailable",
+                "Upstream response failed",
             ),
             GatewayError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -239,6 +285,18 @@ impl GatewayError {
                     HeaderValue::from_static(STORE_RETRY_AFTER_SECS),
                 ));
             }
+            GatewayError::RequestInProgress {
+                route,
+                retry_after_secs,
+                ..
+            } => {
+                problem.route = Some(route.clone());
+                extra = Some((header::RETRY_AFTER, HeaderValue::from(*retry_after_secs)));
+            }
+            GatewayError::IdempotencyKeyRequired { route, .. }
+            | GatewayError::IdempotencyKeyReused { route, .. }
+            | GatewayError::BodyTooLarge { route, .. }
+            | GatewayError::UpstreamBodyFailed { route } => problem.route = Some(route.clone()),
             GatewayError::MethodNotAllowed { allow } => {
                 extra = Some((header::ALLOW, HeaderValue::from_static(allow)));
             }

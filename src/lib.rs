@@ -10,8 +10,10 @@
 //! - [`route`]: path patterns, resource-key templates and the compiled route table.
 //! - [`server`]: the listener — HTTP/1.1 and h2c, graceful drain on shutdown.
 //! - [`gateway`]: the reserved `/_fencegate/` endpoints (claiming) and the request stack, assembled
-//!   in one place: routing → fence → ordering gate → proxy.
+//!   in one place: routing → fence → idempotency → ordering gate → proxy.
 //! - [`fence`]: token parsing and the fence layer (compare-and-advance before forwarding).
+//! - [`idempotency`]: stable idempotency keys and intent records for providers that cannot be
+//!   fenced.
 //! - [`gate`]: serialized generations — one forwarded write per key at a time (I4).
 //! - [`store`]: the `FenceStore` trait and its backends (embedded SQLite).
 //! - [`proxy`]: header rules (hop-by-hop, `Via`, `Forwarded`), upstream targets and forwarding.
@@ -26,6 +28,7 @@ pub mod error;
 pub mod fence;
 pub mod gate;
 pub mod gateway;
+pub mod idempotency;
 pub mod problem;
 pub mod proxy;
 pub mod route;

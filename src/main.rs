@@ -34,6 +34,11 @@ enum Command {
         #[command(subcommand)]
         command: StoreCommand,
     },
+    /// Intent records of idempotent routes: list the ambiguous ones, resolve them.
+    Intents {
+        #[command(subcommand)]
+        command: IntentsCommand,
+    },
     /// Create the store's schema and apply pending migrations (PostgreSQL), then exit.
     Migrate {
         /// The configuration file (TOML).
@@ -51,6 +56,39 @@ enum StoreCommand {
         /// The configuration file (TOML).
         #[arg(long, short)]
         config: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum IntentsCommand {
+    /// List SUBMITTING intents (outcome unknown) not updated for at least `--older-than`.
+    List {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// e.g. "60s", "10m".
+        #[arg(long, default_value = "60s")]
+        older_than: String,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Record what the provider says happened to a SUBMITTING intent, or release it for retry.
+    Resolve {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The intent's key as listed (`route/idempotency-key`).
+        key: String,
+        /// Forget the intent: the next attempt submits again with the same idempotency key.
+        #[arg(long, conflicts_with = "status")]
+        release: bool,
+        /// The provider's status for the call, to be replayed to repeats.
+        #[arg(long, required_unless_present = "release")]
+        status: Option<u16>,
+        /// The provider's body for the call.
+        #[arg(long, default_value = "")]
+        body: String,
+        /// A header to replay with it, as `name: value` (repeatable).
+        #[arg(long = "header")]
+        headers: Vec<String>,
     },
 }
 
@@ -79,6 +117,76 @@ fn main() -> ExitCode {
         Command::Store {
             command: StoreCommand::Adopt { config },
         } => adopt(&config),
+        Command::Intents { command } => fencegate_intents(command),
+    }
+}
+
+fn fencegate_intents(command: IntentsCommand) -> ExitCode {
+    let path = match &command {
+        IntentsCommand::List { config, .. } | IntentsCommand::Resolve { config, .. } => {
+            config.clone()
+        }
+    };
+    let config = match fencegate::config::load_file(&path) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(async {
+        let backend = fencegate::store::open(&config.store)
+            .await
+            .map_err(|e| e.to_string())?;
+        let result =
+            fencegate::idempotency::cli::run(backend.intents.as_ref(), command.into()).await;
+        let _ = backend.fences.close().await;
+        result
+    });
+    match outcome {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+impl From<IntentsCommand> for fencegate::idempotency::cli::Request {
+    fn from(command: IntentsCommand) -> Self {
+        use fencegate::idempotency::cli::Request;
+        match command {
+            IntentsCommand::List {
+                older_than, limit, ..
+            } => Request::List { older_than, limit },
+            IntentsCommand::Resolve {
+                key,
+                release,
+                status,
+                body,
+                headers,
+                ..
+            } => Request::Resolve {
+                key,
+                release,
+                status,
+                body,
+                headers,
+            },
+        }
     }
 }
 
@@ -102,7 +210,7 @@ fn adopt(path: &std::path::Path) -> ExitCode {
     };
     let state_dir = config.server.state_dir.clone();
     let adopted = runtime.block_on(async {
-        let store = fencegate::store::open(&config.store).await?;
+        let store = fencegate::store::open(&config.store).await?.fences;
         let identity = fencegate::store::adoption::adopt(store.as_ref(), &state_dir).await;
         // A running gateway may hold the embedded store's file; closing releases nothing it needs.
         let _ = store.close().await;

@@ -1,10 +1,11 @@
-//! The embedded store keeps the `FenceStore` contract (`tests/support/contract.rs`).
+//! The embedded store keeps the `FenceStore` contract (`tests/support/contract.rs`) and the
+//! `IntentStore` contract (`tests/support/intent_contract.rs`).
 
 mod support;
 
 use std::sync::Arc;
 
-use fencegate::store::{EmbeddedStore, FenceStore};
+use fencegate::store::{EmbeddedStore, FenceStore, IntentStore};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn embedded_store_keeps_the_contract() {
@@ -18,4 +19,17 @@ async fn embedded_store_keeps_the_contract() {
         ) as Arc<dyn FenceStore>
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn embedded_store_keeps_the_intent_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(
+        EmbeddedStore::open(&dir.path().join("intents.db"), 512)
+            .await
+            .expect("open embedded store"),
+    );
+    support::intent_contract::keeps_the_intent_contract(Arc::clone(&store) as Arc<dyn IntentStore>)
+        .await;
+    store.close().await.unwrap();
 }

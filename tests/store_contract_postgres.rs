@@ -1,5 +1,6 @@
-//! The PostgreSQL store keeps the `FenceStore` contract (`tests/support/contract.rs`), in a schema
-//! of its own that is dropped afterwards. PostgreSQL must be running on 127.0.0.1:5432 (start it
+//! The PostgreSQL store keeps the `FenceStore` contract (`tests/support/contract.rs`) and the
+//! `IntentStore` contract (`tests/support/intent_contract.rs`), each in a schema of its own that
+//! is dropped afterwards. PostgreSQL must be running on 127.0.0.1:5432 (start it
 //! with `scripts/ensure-services.sh`): these tests fail, never skip, when it is not.
 
 mod support;
@@ -7,7 +8,7 @@ mod support;
 use std::sync::Arc;
 
 use fencegate::config::{PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH};
-use fencegate::store::{FenceStore, PostgresStore};
+use fencegate::store::{BeginRequest, Begun, FenceStore, IntentStore, PostgresStore};
 use support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
 
 fn config(schema: &str) -> PostgresStoreConfig {
@@ -32,6 +33,62 @@ async fn postgres_store_keeps_the_contract() {
         Arc::new(store) as Arc<dyn FenceStore>
     })
     .await;
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_store_keeps_the_intent_contract() {
+    let schema = unique_schema();
+    let store = Arc::new(PostgresStore::open(&config(&schema)).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL at {TEST_POSTGRES_URL} is required (scripts/ensure-services.sh starts it): {e}")
+    }));
+    support::intent_contract::keeps_the_intent_contract(Arc::clone(&store) as Arc<dyn IntentStore>)
+        .await;
+    store.close().await.unwrap();
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn duplicates_on_two_replicas_start_one_attempt() {
+    let schema = unique_schema();
+    let open = || async {
+        Arc::new(PostgresStore::open(&config(&schema)).await.unwrap_or_else(|e| {
+            panic!("PostgreSQL at {TEST_POSTGRES_URL} is required (scripts/ensure-services.sh starts it): {e}")
+        }))
+    };
+    let replicas = [open().await, open().await];
+    let attempts = (0..32).map(|n| {
+        let store = Arc::clone(&replicas[n % 2]);
+        tokio::spawn(async move {
+            store
+                .begin(BeginRequest {
+                    key: "twice:1".to_owned(),
+                    route: "payouts".to_owned(),
+                    fence: 3,
+                    fingerprint: "fp".to_owned(),
+                    attempt: format!("attempt-{n}"),
+                    attempt_expires_ms: 61_000,
+                    now_ms: 1_000,
+                    expires_ms: 86_401_000,
+                })
+                .await
+                .unwrap()
+        })
+    });
+    // Spawn them all before awaiting any: a lazy iterator would run them one after another.
+    let attempts: Vec<_> = attempts.collect();
+    let mut fresh = 0;
+    for attempt in attempts {
+        match attempt.await.unwrap() {
+            Begun::Fresh => fresh += 1,
+            Begun::InFlight { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(fresh, 1, "exactly one replica may call the provider");
+    for replica in &replicas {
+        replica.close().await.unwrap();
+    }
     drop_schema(&schema).await;
 }
 

@@ -1,6 +1,6 @@
-//! The Redis store keeps the `FenceStore` contract (`tests/support/contract.rs`) against the Redis
-//! at 127.0.0.1:6379, compares u64 tokens exactly in its Lua script, and survives losing its
-//! connection. Each test writes under its own key prefix and deletes its keys afterwards.
+//! The Redis store keeps the `FenceStore` and `IntentStore` contracts (`tests/support/`) against the
+//! Redis at 127.0.0.1:6379, compares u64 tokens and fences exactly in its Lua scripts, and survives
+//! losing its connection. Each test writes under its own key prefix and deletes its keys afterwards.
 //!
 //! These tests need a running Redis; without one they fail, they do not skip.
 
@@ -10,7 +10,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use fencegate::config::{Compare, RedisStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH};
-use fencegate::store::{decide, Advance, FenceStore, RedisStore, StoreError};
+use fencegate::store::{
+    decide, decide_begin, Advance, BeginRequest, Begun, FenceStore, IntentStore, RedisStore,
+    StoreError,
+};
 use redis::AsyncCommands as _;
 use support::redis::{direct, redis_url, with_prefix, REDIS_ADDR};
 use support::relay::{Relay, RelayMode};
@@ -28,6 +31,15 @@ fn config(url: &str, prefix: &str) -> RedisStoreConfig {
 async fn open(config: &RedisStoreConfig) -> Arc<dyn FenceStore> {
     match RedisStore::open(config).await {
         Ok(store) => Arc::new(store),
+        Err(e) => panic!(
+            "these tests need a Redis server at {REDIS_ADDR} (start one with `redis-server`): {e}"
+        ),
+    }
+}
+
+async fn open_store(config: &RedisStoreConfig) -> RedisStore {
+    match RedisStore::open(config).await {
+        Ok(store) => store,
         Err(e) => panic!(
             "these tests need a Redis server at {REDIS_ADDR} (start one with `redis-server`): {e}"
         ),
@@ -213,4 +225,131 @@ async fn require_durable_follows_the_servers_persistence_settings() {
         }
         Err(e) => panic!("unexpected error: {e}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_store_keeps_the_intent_contract() {
+    with_prefix(|prefix| async move {
+        let store = open_store(&config(&redis_url(), &prefix)).await;
+        support::intent_contract::keeps_the_intent_contract(Arc::new(store) as Arc<dyn IntentStore>)
+            .await;
+    })
+    .await;
+}
+
+fn begin_request(key: &str, fence: u64, now_ms: u64) -> BeginRequest {
+    BeginRequest {
+        key: key.to_owned(),
+        route: "payouts".to_owned(),
+        fence,
+        fingerprint: "fp".to_owned(),
+        attempt: format!("attempt-{fence}-{now_ms}"),
+        attempt_expires_ms: now_ms + 1_000,
+        now_ms,
+        expires_ms: now_ms + 60_000,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_begin_script_agrees_with_decide_begin_on_tricky_fences() {
+    with_prefix(|prefix| async move {
+        let store = open_store(&config(&redis_url(), &prefix)).await;
+        let store = &store;
+        let mut cases = Vec::new();
+        for (i, &recorded) in TRICKY.iter().enumerate() {
+            for (j, &fence) in TRICKY.iter().enumerate() {
+                cases.push((format!("fence:{i}:{j}"), recorded, fence));
+            }
+        }
+        let checks = cases.iter().map(|(key, recorded, fence)| async move {
+            let first = begin_request(key, *recorded, 1_000);
+            assert_eq!(store.begin(first.clone()).await.ok(), Some(Begun::Fresh));
+            store
+                .abandon(key, &first.attempt, 1_010)
+                .await
+                .expect("abandon");
+            let found = store.get(key).await.expect("get");
+            assert_eq!(found.as_ref().map(|r| r.fence), Some(*recorded));
+            let retry = begin_request(key, *fence, 1_020);
+            let (expected, _) = decide_begin(found.as_ref(), &retry);
+            assert_eq!(
+                store.begin(retry).await.ok(),
+                Some(expected.clone()),
+                "recorded fence {recorded}, retry with fence {fence}"
+            );
+            let now = store.get(key).await.expect("get").map(|r| r.fence);
+            let winner = match expected {
+                Begun::Resubmit { .. } => *fence,
+                _ => *recorded,
+            };
+            assert_eq!(
+                now,
+                Some(winner),
+                "recorded fence {recorded}, retry {fence}"
+            );
+        });
+        futures_util::future::join_all(checks).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn intents_are_hashes_with_decimal_fences_in_both_indexes() {
+    with_prefix(|prefix| async move {
+        let store = open_store(&config(&redis_url(), &prefix)).await;
+        let mut connection = direct().await;
+        let first = begin_request("raw", u64::MAX, 7_000);
+        assert_eq!(store.begin(first).await.ok(), Some(Begun::Fresh));
+        let fields: HashMap<String, String> = connection
+            .hgetall(format!("{prefix}intent:raw"))
+            .await
+            .expect("HGETALL");
+        assert_eq!(
+            fields.get("fence").map(String::as_str),
+            Some("18446744073709551615")
+        );
+        assert_eq!(fields.get("state").map(String::as_str), Some("SUBMITTING"));
+        assert!(!fields.contains_key("outcome"));
+        let score = |index: &'static str| {
+            let mut connection = connection.clone();
+            let index = format!("{prefix}{index}");
+            async move {
+                let score: Option<f64> = connection.zscore(index, "raw").await.expect("ZSCORE");
+                score
+            }
+        };
+        assert_eq!(score("intents:submitting").await, Some(7_000.0));
+        assert_eq!(score("intents:expiry").await, Some(67_000.0));
+
+        // A completed intent leaves the submitting index and keeps its retention.
+        let answer = fencegate::store::StoredOutcome {
+            status: 200,
+            headers: Vec::new(),
+            body: b"done".to_vec(),
+            body_complete: true,
+        };
+        assert_eq!(
+            store.complete("raw", answer.clone(), 7_100).await.ok(),
+            Some(true)
+        );
+        assert_eq!(score("intents:submitting").await, None);
+        assert_eq!(score("intents:expiry").await, Some(67_000.0));
+        let outcome: String = connection
+            .hget(format!("{prefix}intent:raw"), "outcome")
+            .await
+            .expect("HGET");
+        assert_eq!(outcome, answer.to_json());
+
+        // A record the script cannot read is an error, never an answer.
+        let _: () = connection
+            .hset(format!("{prefix}intent:raw"), "fence", "12x")
+            .await
+            .expect("HSET");
+        assert!(matches!(
+            store.begin(begin_request("raw", 1, 7_200)).await,
+            Err(StoreError::Backend { .. })
+        ));
+        store.close().await.expect("close");
+    })
+    .await;
 }

@@ -1,6 +1,7 @@
 //! The configuration file's shape: what an operator may write, with defaults, exactly as it
 //! deserializes from TOML. Loading and validation live in `load.rs`; durations in `duration.rs`.
 
+mod byte_size;
 mod duration;
 mod error;
 mod load;
@@ -24,6 +25,14 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long an admitted request waits for its turn at the per-key gate before 503: several
 /// typical upstream round trips, well under a client's own timeout.
 pub const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default header carrying the idempotency key (the IETF httpapi draft's name).
+pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
+/// How long outcomes are kept and replayed unless the route says otherwise (Stripe keeps 24 h).
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// Response bodies up to this size are stored for replay.
+pub const DEFAULT_MAX_STORED_BODY: usize = 64 * 1024;
+/// Request bodies up to this size are accepted on idempotent routes.
+pub const DEFAULT_MAX_REQUEST_BODY: usize = 1024 * 1024;
 /// How long in-flight requests may run after a shutdown signal before connections are closed.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// How often the store's identity is re-checked while serving.
@@ -204,6 +213,51 @@ pub struct RouteConfig {
     pub preserve_host: bool,
     #[serde(default)]
     pub fence: FenceConfig,
+    /// Idempotency keys and intent records for a provider that cannot be fenced.
+    #[serde(default)]
+    pub idempotency: Option<IdempotencyConfig>,
+}
+
+/// `[routes.idempotency]`: the same key on every attempt, and a durable intent before the call.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdempotencyConfig {
+    /// The header the provider expects.
+    #[serde(default = "default_idempotency_header")]
+    pub header: String,
+    /// Template of the key: `{resource_key}`, `{method}`, `{route}`, path segments, `{header:..}`,
+    /// `{query:..}`. Never the fence, the holder or the time: every attempt sends the same key.
+    pub key: String,
+    /// Name of an environment variable holding a secret: send HMAC-SHA256(secret, key) instead.
+    #[serde(default)]
+    pub hmac_secret_env: Option<String>,
+    #[serde(default)]
+    pub client_key: ClientKey,
+    /// How long outcomes are kept and replayed.
+    #[serde(default = "default_retention", with = "duration")]
+    pub retention: Duration,
+    /// Largest response body stored for replay; longer ones are stored without their body.
+    #[serde(default = "default_max_stored_body", with = "byte_size")]
+    pub max_stored_body: usize,
+    /// Largest request body accepted (it is read whole to fingerprint the request); 413 above.
+    #[serde(default = "default_max_request_body", with = "byte_size")]
+    pub max_request_body: usize,
+    /// Response headers stored and replayed with the outcome.
+    #[serde(default = "default_stored_headers")]
+    pub stored_headers: Vec<String>,
+}
+
+/// What happens to an idempotency key the client sent itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientKey {
+    /// Ignore it and send the derived key.
+    #[default]
+    Replace,
+    /// Use the client's key when it sent one, else the derived key.
+    Keep,
+    /// The client must send one (400 otherwise); it is used as is.
+    Require,
 }
 
 /// `[routes.fence]`: how a route checks tokens.
@@ -298,6 +352,21 @@ fn default_state_dir() -> PathBuf {
 }
 fn default_upstream_timeout() -> Duration {
     DEFAULT_UPSTREAM_TIMEOUT
+}
+fn default_idempotency_header() -> String {
+    DEFAULT_IDEMPOTENCY_HEADER.to_owned()
+}
+fn default_retention() -> Duration {
+    DEFAULT_RETENTION
+}
+fn default_max_stored_body() -> usize {
+    DEFAULT_MAX_STORED_BODY
+}
+fn default_max_request_body() -> usize {
+    DEFAULT_MAX_REQUEST_BODY
+}
+fn default_stored_headers() -> Vec<String> {
+    vec!["content-type".to_owned(), "location".to_owned()]
 }
 fn default_gate_timeout() -> Duration {
     DEFAULT_GATE_TIMEOUT

@@ -12,7 +12,7 @@ use tower::{Layer, Service};
 use super::token::{read_fence_header, TokenError};
 use crate::config::{FenceMode, OnStoreError};
 use crate::error::{GatewayError, Origin};
-use crate::proxy::ProxyBody;
+use crate::proxy::{ProxyBody, RequestBody};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
 use crate::store::{Advance, FenceStore};
@@ -52,14 +52,13 @@ pub struct Fence<S> {
     inner: S,
 }
 
-impl<S, B> Service<Request<B>> for Fence<S>
+impl<S> Service<Request<RequestBody>> for Fence<S>
 where
-    S: Service<Request<B>, Response = Response<ProxyBody>, Error = GatewayError>
+    S: Service<Request<RequestBody>, Response = Response<ProxyBody>, Error = GatewayError>
         + Clone
         + Send
         + 'static,
     S::Future: Send,
-    B: Send + 'static,
 {
     type Response = Response<ProxyBody>;
     type Error = GatewayError;
@@ -69,7 +68,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: Request<RequestBody>) -> Self::Future {
         // The inner service was polled ready; keep that one and leave a fresh clone behind.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);

@@ -15,7 +15,7 @@ use super::{GatedBody, Gates, LocalPass, SharedPass};
 use crate::config::Ordering;
 use crate::error::GatewayError;
 use crate::fence::Admitted;
-use crate::proxy::ProxyBody;
+use crate::proxy::{ProxyBody, RequestBody};
 use crate::route::{CompiledRoute, RouteMatch};
 use crate::store::FenceStore;
 
@@ -57,14 +57,13 @@ struct Passes {
     _local: LocalPass,
 }
 
-impl<S, B> Service<Request<B>> for Gate<S>
+impl<S> Service<Request<RequestBody>> for Gate<S>
 where
-    S: Service<Request<B>, Response = Response<ProxyBody>, Error = GatewayError>
+    S: Service<Request<RequestBody>, Response = Response<ProxyBody>, Error = GatewayError>
         + Clone
         + Send
         + 'static,
     S::Future: Send,
-    B: Send + 'static,
 {
     type Response = Response<ProxyBody>;
     type Error = GatewayError;
@@ -74,7 +73,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
+    fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let gates = self.gates.clone();

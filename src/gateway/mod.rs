@@ -19,11 +19,12 @@ use tower::{Service, ServiceBuilder, ServiceExt as _};
 
 use crate::fence::{Fence, FenceLayer};
 use crate::gate::{Gate, GateLayer, Gates};
-use crate::proxy::{Proxy, ProxyBody};
+use crate::idempotency::{Idempotency, IdempotencyLayer};
+use crate::proxy::{Proxy, ProxyBody, RequestBody};
 use crate::route::{RouteTable, RESERVED_PREFIX};
-use crate::store::FenceStore;
+use crate::store::{FenceStore, IntentStore};
 
-type RoutedStack = Routing<Fence<Gate<Proxy>>>;
+type RoutedStack = Routing<Fence<Idempotency<Gate<Proxy>>>>;
 
 /// The whole data plane as one cloneable service.
 #[derive(Clone)]
@@ -33,12 +34,20 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(routes: Arc<RouteTable>, store: Arc<dyn FenceStore>, gates: Gates) -> Gateway {
+    pub fn new(
+        routes: Arc<RouteTable>,
+        store: Arc<dyn FenceStore>,
+        intents: Arc<dyn IntentStore>,
+        gates: Gates,
+    ) -> Gateway {
         let routed = ServiceBuilder::new()
             // First: find the route, so every later layer knows the route's settings.
             .layer(RoutingLayer::new(routes))
             // Before anything can reach the upstream: refuse stale generations (I1, I2).
             .layer(FenceLayer::new(Arc::clone(&store)))
+            // After the fence (a superseded holder is refused before any replay) and before the
+            // gate (a duplicate in flight is answered 409 at once instead of queueing).
+            .layer(IdempotencyLayer::new(intents))
             // After admission, before forwarding: one write per key in flight, in admission
             // order, re-checked against newer admissions when its turn comes (I4).
             .layer(GateLayer::new(gates, Arc::clone(&store)))
@@ -71,6 +80,7 @@ impl Service<Request<Incoming>> for Gateway {
             });
         }
         let routed = self.routed.clone();
+        let request = request.map(RequestBody::streamed);
         Box::pin(async move {
             Ok(routed
                 .oneshot(request)

@@ -10,7 +10,7 @@ use percent_encoding::percent_decode_str;
 use tower::{Layer, Service};
 
 use crate::error::GatewayError;
-use crate::proxy::ProxyBody;
+use crate::proxy::{ProxyBody, RequestBody};
 use crate::route::RouteTable;
 
 #[derive(Clone)]
@@ -41,9 +41,9 @@ pub struct Routing<S> {
     inner: S,
 }
 
-impl<S, B> Service<Request<B>> for Routing<S>
+impl<S> Service<Request<RequestBody>> for Routing<S>
 where
-    S: Service<Request<B>, Response = Response<ProxyBody>, Error = GatewayError>,
+    S: Service<Request<RequestBody>, Response = Response<ProxyBody>, Error = GatewayError>,
     S::Future: Send + 'static,
 {
     type Response = Response<ProxyBody>;
@@ -54,7 +54,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: Request<RequestBody>) -> Self::Future {
         let path = request.uri().path();
         if has_dot_segment(path) {
             return future::ready(Err(GatewayError::DotSegment)).boxed();

@@ -16,7 +16,7 @@ use tower::Service;
 use super::headers::{
     append_forwarded_headers, append_via, strip_hop_by_hop_headers, ForwardedFor,
 };
-use super::ProxyBody;
+use super::{ProxyBody, RequestBody};
 use crate::error::GatewayError;
 use crate::route::RouteMatch;
 
@@ -32,7 +32,7 @@ const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct ClientAddr(pub SocketAddr);
 
 /// The pooled HTTP/1.1 client shared by every route.
-pub type UpstreamClient = Client<HttpConnector, Incoming>;
+pub type UpstreamClient = Client<HttpConnector, RequestBody>;
 
 /// Builds the shared upstream client.
 pub fn upstream_client() -> UpstreamClient {
@@ -66,7 +66,7 @@ impl Default for Proxy {
     }
 }
 
-impl Service<Request<Incoming>> for Proxy {
+impl Service<Request<RequestBody>> for Proxy {
     type Response = Response<ProxyBody>;
     type Error = GatewayError;
     type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
@@ -75,7 +75,7 @@ impl Service<Request<Incoming>> for Proxy {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
         let client = self.client.clone();
         Box::pin(async move {
             let routed =
@@ -114,9 +114,9 @@ impl Service<Request<Incoming>> for Proxy {
 /// Rewrites the client's request for the upstream: absolute URI below the base path, hop-by-hop
 /// headers gone, `Host` for the upstream, `Via` and `Forwarded` for this hop. `X-Fence` stays.
 fn upstream_request_filter(
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
     route: &crate::route::CompiledRoute,
-) -> Result<Request<Incoming>, GatewayError> {
+) -> Result<Request<RequestBody>, GatewayError> {
     let (mut parts, body) = request.into_parts();
     let path_and_query = parts
         .uri

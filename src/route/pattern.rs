@@ -29,6 +29,17 @@ impl Captures {
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
     }
+
+    /// These captures plus `extra` values (path segments win over extras of the same name).
+    pub fn with(&self, extra: &[(&str, &str)]) -> Captures {
+        let mut all = self.0.clone();
+        all.extend(
+            extra
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned())),
+        );
+        Captures(all)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

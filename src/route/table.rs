@@ -9,6 +9,7 @@ use super::{Captures, KeyTemplate, PathPattern};
 use crate::config::{
     Compare, FenceMode, OnStoreError, Ordering, RouteConfig, DEFAULT_FENCED_METHODS,
 };
+use crate::idempotency::IdempotencySettings;
 use crate::proxy::UpstreamTarget;
 use crate::stats::RouteCounters;
 
@@ -27,6 +28,7 @@ pub struct CompiledRoute {
     pub trust_forwarded: bool,
     pub preserve_host: bool,
     pub fence: FenceSettings,
+    pub idempotency: Option<IdempotencySettings>,
     pub counters: RouteCounters,
 }
 
@@ -147,7 +149,15 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
             ))
         }
     };
+    let idempotency = match &config.idempotency {
+        None => None,
+        Some(table) => Some(
+            IdempotencySettings::compile(table, &pattern)
+                .map_err(|e| error(config, e.field, e.message))?,
+        ),
+    };
     Ok(CompiledRoute {
+        idempotency,
         name: config.name.clone(),
         pattern,
         fenced_methods,

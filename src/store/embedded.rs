@@ -4,6 +4,7 @@
 //! Group commit needs no timer: while one commit is syncing, new requests queue on the channel and
 //! the next loop takes all of them, so a lone request never waits for company. The file is opened
 //! with `locking_mode = EXCLUSIVE`, so a second process cannot open the same store by mistake.
+//! Intent records (`embedded_intents`) go through the same writer, one transaction per batch.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,6 +18,8 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions as _, Connection as _, QueryBuilder, Sqlite};
 use tokio::sync::{mpsc, oneshot};
 
+use super::embedded_intents::{self, IntentCommand};
+use super::intents::{BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome};
 use super::{decide, new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use crate::config::Compare;
 
@@ -56,6 +59,7 @@ enum Command {
     Identity {
         reply: oneshot::Sender<Result<StoreIdentity, StoreError>>,
     },
+    Intent(IntentCommand),
     Close {
         reply: oneshot::Sender<()>,
     },
@@ -89,6 +93,10 @@ impl EmbeddedStore {
             .execute(&mut connection)
             .await
             .map_err(open_error)?;
+        sqlx::raw_sql(embedded_intents::SCHEMA)
+            .execute(&mut connection)
+            .await
+            .map_err(open_error)?;
         let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
         let writer = Writer {
             connection,
@@ -109,6 +117,13 @@ impl EmbeddedStore {
             .await
             .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    async fn intent<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> IntentCommand,
+    ) -> Result<T, StoreError> {
+        self.request(|reply| Command::Intent(make(reply))).await
     }
 }
 
@@ -144,6 +159,67 @@ impl FenceStore for EmbeddedStore {
 
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+}
+
+impl IntentStore for EmbeddedStore {
+    fn begin(&self, request: BeginRequest) -> StoreFuture<'_, Begun> {
+        Box::pin(self.intent(move |reply| IntentCommand::Begin { request, reply }))
+    }
+
+    fn complete(&self, key: &str, outcome: StoredOutcome, now_ms: u64) -> StoreFuture<'_, bool> {
+        let key = key.to_owned();
+        Box::pin(self.intent(move |reply| IntentCommand::Complete {
+            key,
+            outcome,
+            now_ms,
+            reply,
+        }))
+    }
+
+    fn abandon(&self, key: &str, attempt: &str, now_ms: u64) -> StoreFuture<'_, ()> {
+        let (key, attempt) = (key.to_owned(), attempt.to_owned());
+        Box::pin(self.intent(move |reply| IntentCommand::Abandon {
+            key,
+            attempt,
+            now_ms,
+            reply,
+        }))
+    }
+
+    fn get(&self, key: &str) -> StoreFuture<'_, Option<IntentRecord>> {
+        let key = key.to_owned();
+        Box::pin(self.intent(move |reply| IntentCommand::Get { key, reply }))
+    }
+
+    fn list_submitting(
+        &self,
+        updated_before_ms: u64,
+        limit: usize,
+    ) -> StoreFuture<'_, Vec<IntentRecord>> {
+        Box::pin(self.intent(move |reply| IntentCommand::ListSubmitting {
+            updated_before_ms,
+            limit,
+            reply,
+        }))
+    }
+
+    fn resolve(&self, key: &str, resolution: Resolution, now_ms: u64) -> StoreFuture<'_, bool> {
+        let key = key.to_owned();
+        Box::pin(self.intent(move |reply| IntentCommand::Resolve {
+            key,
+            resolution,
+            now_ms,
+            reply,
+        }))
+    }
+
+    fn prune(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, usize> {
+        Box::pin(self.intent(move |reply| IntentCommand::Prune {
+            now_ms,
+            limit,
+            reply,
+        }))
     }
 }
 
@@ -188,7 +264,7 @@ impl Writer {
             .iter()
             .filter_map(|c| match c {
                 Command::Advance { key, .. } | Command::Current { key, .. } => Some(key.as_str()),
-                Command::Identity { .. } | Command::Close { .. } => None,
+                Command::Identity { .. } | Command::Intent(_) | Command::Close { .. } => None,
             })
             .collect();
         let loaded = match load_marks(&mut self.connection, &keys).await {
@@ -207,6 +283,7 @@ impl Writer {
         let mut marks: HashMap<String, u64> = loaded;
         let mut raised: HashMap<String, u64> = HashMap::new();
         let mut answers = Vec::with_capacity(batch.len());
+        let mut intents = Vec::new();
         let mut close = None;
         for command in batch.drain(..) {
             match command {
@@ -234,6 +311,7 @@ impl Writer {
                         .map_err(|source| backend_error(&Arc::new(source)));
                     let _ = reply.send(identity);
                 }
+                Command::Intent(command) => intents.push(command),
                 Command::Close { reply } => close = Some(reply),
             }
         }
@@ -256,6 +334,8 @@ impl Writer {
                 }
             }
         }
+        // After the marks, so that intents in a batch do not delay its fence advances.
+        embedded_intents::apply(&mut self.connection, intents).await;
         close
     }
 }
@@ -349,6 +429,7 @@ fn fail(command: Command, error: impl Fn() -> StoreError) -> Option<oneshot::Sen
         Command::Identity { reply } => {
             let _ = reply.send(Err(error()));
         }
+        Command::Intent(command) => command.fail(error()),
         Command::Close { reply } => return Some(reply),
     }
     None

@@ -221,6 +221,45 @@ pub trait IntentStore: Send + Sync + 'static {
     fn prune(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, usize>;
 }
 
+/// Stands in where no intent store was opened (a gateway built on a bare fence store, in tests):
+/// every call fails, so idempotent routes fail closed with 503.
+pub struct NoIntentStore;
+
+impl NoIntentStore {
+    fn unavailable<T: Send + 'static>() -> StoreFuture<'static, T> {
+        Box::pin(async {
+            Err(super::StoreError::Setup {
+                backend: "none",
+                detail: "this gateway has no intent store".to_owned(),
+            })
+        })
+    }
+}
+
+impl IntentStore for NoIntentStore {
+    fn begin(&self, _: BeginRequest) -> StoreFuture<'_, Begun> {
+        NoIntentStore::unavailable()
+    }
+    fn complete(&self, _: &str, _: StoredOutcome, _: u64) -> StoreFuture<'_, bool> {
+        NoIntentStore::unavailable()
+    }
+    fn abandon(&self, _: &str, _: &str, _: u64) -> StoreFuture<'_, ()> {
+        NoIntentStore::unavailable()
+    }
+    fn get(&self, _: &str) -> StoreFuture<'_, Option<IntentRecord>> {
+        NoIntentStore::unavailable()
+    }
+    fn list_submitting(&self, _: u64, _: usize) -> StoreFuture<'_, Vec<IntentRecord>> {
+        NoIntentStore::unavailable()
+    }
+    fn resolve(&self, _: &str, _: Resolution, _: u64) -> StoreFuture<'_, bool> {
+        NoIntentStore::unavailable()
+    }
+    fn prune(&self, _: u64, _: usize) -> StoreFuture<'_, usize> {
+        NoIntentStore::unavailable()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

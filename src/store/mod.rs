@@ -5,8 +5,10 @@ pub mod adoption;
 mod cache;
 mod checked;
 mod embedded;
+mod embedded_intents;
 pub mod intents;
 mod postgres;
+mod postgres_intents;
 mod redis;
 mod trust;
 
@@ -138,15 +140,32 @@ fn open_hint(source: &sqlx::Error) -> &'static str {
     }
 }
 
-/// Opens the backend the configuration names.
-pub async fn open(config: &StoreConfig) -> Result<Arc<dyn FenceStore>, StoreError> {
-    match config {
-        StoreConfig::Embedded(embedded) => Ok(Arc::new(
-            EmbeddedStore::open(&embedded.path, embedded.max_batch).await?,
-        )),
-        StoreConfig::Postgres(postgres) => Ok(Arc::new(PostgresStore::open(postgres).await?)),
-        StoreConfig::Redis(redis) => Ok(Arc::new(RedisStore::open(redis).await?)),
+/// One opened backend, seen through both of its traits.
+#[derive(Clone)]
+pub struct Backend {
+    pub fences: Arc<dyn FenceStore>,
+    pub intents: Arc<dyn IntentStore>,
+}
+
+impl Backend {
+    fn of<T: FenceStore + IntentStore>(store: T) -> Backend {
+        let store = Arc::new(store);
+        Backend {
+            fences: Arc::clone(&store) as Arc<dyn FenceStore>,
+            intents: store,
+        }
     }
+}
+
+/// Opens the backend the configuration names.
+pub async fn open(config: &StoreConfig) -> Result<Backend, StoreError> {
+    Ok(match config {
+        StoreConfig::Embedded(embedded) => {
+            Backend::of(EmbeddedStore::open(&embedded.path, embedded.max_batch).await?)
+        }
+        StoreConfig::Postgres(postgres) => Backend::of(PostgresStore::open(postgres).await?),
+        StoreConfig::Redis(redis) => Backend::of(RedisStore::open(redis).await?),
+    })
 }
 
 #[cfg(test)]

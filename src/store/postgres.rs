@@ -4,7 +4,8 @@
 //!
 //! Within one batch a key appears once, with the largest token asked for it: the requests of a
 //! batch were all in flight at once, so ordering them by token is a valid linearization, and the
-//! statement's `previous_mark` tells where that order starts.
+//! statement's `previous_mark` tells where that order starts. Intent records live next to the
+//! marks (`postgres_intents`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use super::{decide, new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use crate::config::{Compare, PostgresStoreConfig};
 
-const BACKEND: &str = "postgres";
+pub(super) const BACKEND: &str = "postgres";
 /// Requests that may queue for a batch before callers wait (their store timeout still runs).
 const COMMAND_QUEUE: usize = 16 * 1024;
 /// How long opening (and each later connection attempt) may take before it counts as a failure.
@@ -38,7 +39,7 @@ ON CONFLICT (key) DO UPDATE
 RETURNING m.key, m.mark, m.previous_mark";
 
 pub struct PostgresStore {
-    pool: PgPool,
+    pub(super) pool: PgPool,
     advances: mpsc::Sender<AdvanceRequest>,
 }
 
@@ -313,15 +314,15 @@ fn answer_in_token_order(mut batch: Vec<AdvanceRequest>, previous: &BTreeMap<Str
 }
 
 /// u64 → bigint with the top bit flipped: order-preserving, so SQL compares marks correctly.
-fn encode_mark(mark: u64) -> i64 {
+pub(super) fn encode_mark(mark: u64) -> i64 {
     i64::from_ne_bytes((mark ^ (1 << 63)).to_ne_bytes())
 }
 
-fn decode_mark(stored: i64) -> u64 {
+pub(super) fn decode_mark(stored: i64) -> u64 {
     u64::from_ne_bytes(stored.to_ne_bytes()) ^ (1 << 63)
 }
 
-fn backend_error(source: sqlx::Error) -> StoreError {
+pub(super) fn backend_error(source: sqlx::Error) -> StoreError {
     StoreError::Backend {
         backend: BACKEND,
         source: Arc::new(source),

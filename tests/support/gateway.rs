@@ -15,6 +15,7 @@ pub struct TestGateway {
     pub dir: PathBuf,
     routes: Vec<(String, Arc<CompiledRoute>)>,
     store: Arc<dyn FenceStore>,
+    intents: Option<Arc<dyn fencegate::store::IntentStore>>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
     _temp: Option<tempfile::TempDir>,
@@ -78,6 +79,7 @@ impl TestGateway {
             })
             .collect();
         let store = app.store();
+        let intents = app.intents();
         let listener = app.bind().await.expect("bind gateway");
         let addr = listener.local_addr().expect("gateway address");
         let (stop, stopped) = oneshot::channel::<()>();
@@ -89,6 +91,7 @@ impl TestGateway {
             dir: dir.to_owned(),
             routes,
             store,
+            intents,
             stop: Some(stop),
             task,
             _temp: None,
@@ -110,6 +113,12 @@ impl TestGateway {
 
     pub fn store(&self) -> &dyn FenceStore {
         self.store.as_ref()
+    }
+
+    pub fn intents(&self) -> &dyn fencegate::store::IntentStore {
+        self.intents
+            .as_deref()
+            .expect("this gateway has an intent store")
     }
 
     /// Stops serving, drains, and closes the store.

@@ -211,6 +211,8 @@ async fn concurrent_duplicates_start_one_attempt(store: Arc<dyn IntentStore>) {
         let store = Arc::clone(&store);
         tokio::spawn(async move { store.begin(request("d:1", 7, "fp", t)).await.unwrap() })
     });
+    // Spawn them all before awaiting any: a lazy iterator would run them one after another.
+    let attempts: Vec<_> = attempts.collect();
     let mut fresh = 0;
     for attempt in attempts {
         match attempt.await.unwrap() {

@@ -10,6 +10,7 @@ pub mod intent_contract;
 pub mod leases;
 pub mod postgres;
 pub mod process;
+pub mod provider;
 pub mod redis;
 pub mod relay;
 pub mod upstream;

@@ -1,20 +1,22 @@
 //! The Redis backend: marks as decimal strings under `{key_prefix}mark:{key}`, and the `RedisStore`
 //! handle whose writer task owns the connection and sends each batch of concurrent requests as one
-//! pipeline. The advance script lives in `script.rs`, the persistence check in `durability.rs`.
+//! pipeline. Scripts: `script.rs` (advance), `intents.rs`; persistence check: `durability.rs`.
 
 mod durability;
+mod intents;
 mod script;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, RedisError, Script, Value};
+use redis::{AsyncConnectionConfig, Cmd, RedisError, Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use crate::config::{Compare, RedisStoreConfig, DEFAULT_STORE_TIMEOUT};
 use durability::{judge_durability, read_persistence, Durability};
+use intents::IntentScripts;
 use script::{
     compare_arg, is_noscript, read_advance, read_identity, read_mark, unexpected, ADVANCE_SCRIPT,
 };
@@ -35,6 +37,9 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Handle to the writer task; cheap to share behind an `Arc`.
 pub struct RedisStore {
     commands: mpsc::Sender<Command>,
+    prefix: String,
+    /// For their hashes: the writer loads the scripts on the server.
+    scripts: IntentScripts,
 }
 
 enum Command {
@@ -51,13 +56,19 @@ enum Command {
     Identity {
         reply: oneshot::Sender<Result<StoreIdentity, StoreError>>,
     },
+    /// Commands for the next pipeline, answered in order (the intent store's scripts and reads).
+    /// A command that meets a server error is answered with it; the others still run.
+    Commands {
+        commands: Vec<Cmd>,
+        reply: oneshot::Sender<Result<Vec<Value>, StoreError>>,
+    },
     Close {
         reply: oneshot::Sender<()>,
     },
 }
 
 impl RedisStore {
-    /// Connects to the server, loads the advance script, checks the persistence settings and
+    /// Connects to the server, loads the scripts, checks the persistence settings and
     /// starts the writer task.
     pub async fn open(config: &RedisStoreConfig) -> Result<RedisStore, StoreError> {
         let url = redact_url(&config.url);
@@ -74,11 +85,10 @@ impl RedisStore {
             ))
         })?;
         let script = Script::new(ADVANCE_SCRIPT);
-        script
-            .prepare_invoke()
-            .load_async(&mut connection)
+        let intent_scripts = IntentScripts::new();
+        load_scripts(&mut connection, &script, &intent_scripts)
             .await
-            .map_err(|e| setup(format!("{url}: cannot load the advance script: {e}")))?;
+            .map_err(|e| setup(format!("{url}: cannot load the scripts: {e}")))?;
         let found = read_persistence(&mut connection)
             .await
             .map_err(|e| setup(format!("{url}: cannot read the persistence settings: {e}")))?;
@@ -95,12 +105,17 @@ impl RedisStore {
             client,
             connection: Some(connection),
             script,
+            intent_scripts,
             prefix: config.key_prefix.clone(),
             max_batch: config.max_batch.max(1),
             url,
         };
         tokio::spawn(writer.run(receiver));
-        Ok(RedisStore { commands })
+        Ok(RedisStore {
+            commands,
+            prefix: config.key_prefix.clone(),
+            scripts: IntentScripts::new(),
+        })
     }
 
     async fn request<T>(
@@ -162,6 +177,7 @@ struct Writer {
     /// `None` after a failed round trip: the next batch connects again.
     connection: Option<MultiplexedConnection>,
     script: Script,
+    intent_scripts: IntentScripts,
     prefix: String,
     max_batch: usize,
     /// The server's URL without its password, for logs.
@@ -205,6 +221,7 @@ impl Writer {
                 // work rather than add to the backlog of a slow server.
                 Command::Advance { ref reply, .. } if reply.is_closed() => {}
                 Command::Current { ref reply, .. } if reply.is_closed() => {}
+                Command::Commands { ref reply, .. } if reply.is_closed() => {}
                 other => pending.push(other),
             }
         }
@@ -214,9 +231,10 @@ impl Writer {
         close
     }
 
-    /// Sends `pending` as one pipeline and answers it. Advances that meet an empty script cache
-    /// (a restarted server, `SCRIPT FLUSH`) are sent once more after loading the script again;
-    /// they were not run, so running them now cannot apply a token twice.
+    /// Sends `pending` as one pipeline and answers it. Advances, and command groups whose every
+    /// command met an empty script cache (a restarted server, `SCRIPT FLUSH`), are sent once more
+    /// after loading the scripts again; they were not run, so running them now cannot apply a
+    /// token or an intent change twice.
     async fn run_batch(&mut self, mut pending: Vec<Command>) {
         for first_attempt in [true, false] {
             let replies = match self.round_trip(&pending).await {
@@ -261,6 +279,14 @@ impl Writer {
                         let get = replies.next().unwrap_or(Value::Nil);
                         let _ = reply.send(read_identity(set, get).map_err(wrap));
                     }
+                    Command::Commands { commands, reply } => {
+                        let answers: Vec<Value> = replies.by_ref().take(commands.len()).collect();
+                        if first_attempt && !answers.is_empty() && answers.iter().all(is_noscript) {
+                            noscript.push(Command::Commands { commands, reply });
+                        } else {
+                            let _ = reply.send(Ok(answers));
+                        }
+                    }
                     // `process` keeps close requests out of a batch.
                     Command::Close { reply } => {
                         let _ = reply.send(());
@@ -270,10 +296,10 @@ impl Writer {
             if noscript.is_empty() {
                 return;
             }
-            tracing::warn!(url = %self.url, "the server lost fencegate's advance script; loading it again");
+            tracing::warn!(url = %self.url, "the server lost fencegate's scripts; loading them again");
             if let Some(connection) = self.connection.as_mut() {
-                if let Err(e) = self.script.prepare_invoke().load_async(connection).await {
-                    tracing::error!(url = %self.url, error = %e, "loading the advance script failed");
+                if let Err(e) = load_scripts(connection, &self.script, &self.intent_scripts).await {
+                    tracing::error!(url = %self.url, error = %e, "loading the scripts failed");
                     self.connection = None;
                 }
             }
@@ -282,15 +308,16 @@ impl Writer {
     }
 
     /// One pipeline for every command of `pending`, in order: an advance is one `EVALSHA`, a
-    /// read one `GET`, an identity `SET NX` then `GET`. Per-command server errors come back as
-    /// values; an error here means the connection failed and the outcome of the batch is unknown.
+    /// read one `GET`, an identity `SET NX` then `GET`, a group its commands. Per-command server
+    /// errors come back as values; an error here means the connection failed and the outcome of
+    /// the batch is unknown.
     async fn round_trip(&mut self, pending: &[Command]) -> Result<Vec<Value>, RedisError> {
         let mut connection = match &self.connection {
             Some(connection) => connection.clone(),
             None => {
                 let mut fresh = connect(&self.client, RECONNECT_TIMEOUT).await?;
                 tracing::info!(url = %self.url, "redis store reconnected");
-                self.script.prepare_invoke().load_async(&mut fresh).await?;
+                load_scripts(&mut fresh, &self.script, &self.intent_scripts).await?;
                 self.connection = Some(fresh.clone());
                 fresh
             }
@@ -323,6 +350,12 @@ impl Writer {
                     pipe.cmd("SET").arg(&key).arg(new_store_id()).arg("NX");
                     pipe.get(key);
                     expected += 2;
+                }
+                Command::Commands { commands, .. } => {
+                    for command in commands {
+                        pipe.add_command(command.clone());
+                    }
+                    expected += commands.len();
                 }
                 Command::Close { .. } => {}
             }
@@ -366,6 +399,18 @@ async fn connect(
             "connecting timed out",
         ))),
     }
+}
+
+/// Loads the advance script and the intent scripts into the server's script cache.
+async fn load_scripts(
+    connection: &mut MultiplexedConnection,
+    advance: &Script,
+    intents: &IntentScripts,
+) -> Result<(), RedisError> {
+    for script in std::iter::once(advance).chain(intents.all()) {
+        script.load_async(connection).await?;
+    }
+    Ok(())
 }
 
 fn mark_key(prefix: &str, key: &str) -> String {
@@ -415,6 +460,9 @@ fn fail(command: Command, error: impl Fn() -> StoreError) -> Option<oneshot::Sen
             let _ = reply.send(Err(error()));
         }
         Command::Identity { reply } => {
+            let _ = reply.send(Err(error()));
+        }
+        Command::Commands { reply, .. } => {
             let _ = reply.send(Err(error()));
         }
         Command::Close { reply } => return Some(reply),

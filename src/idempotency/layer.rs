@@ -1,0 +1,311 @@
+//! `IdempotencyLayer` → `Idempotency<S>`: after the fence (a superseded holder was refused already)
+//! and before the ordering gate. Records the intent durably, forwards with the key, records the
+//! outcome before answering; replays known outcomes; refuses duplicates in flight (409), keys
+//! reused for other requests (422) and requests without a required client key (400).
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use http_body_util::BodyExt as _;
+use tower::{Layer, Service};
+
+use super::capture::{read_prefix, read_request, Prefix, Prefixed};
+use super::{fingerprint, idempotency_key, now_ms, IdempotencySettings};
+use crate::config::ClientKey;
+use crate::error::GatewayError;
+use crate::fence::Admitted;
+use crate::proxy::{full_body, ProxyBody, RequestBody};
+use crate::route::{CompiledRoute, RequestParts, RouteMatch};
+use crate::store::{BeginRequest, Begun, IntentStore, StoreError, StoredOutcome};
+
+/// Header marking an answer replayed from a stored outcome.
+pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+/// Added to the route's timeout to make an attempt's lease: a gateway that died mid-call blocks
+/// retries of that intent for at most this long after the call would have timed out.
+const ATTEMPT_LEASE_MARGIN: Duration = Duration::from_secs(5);
+
+#[derive(Clone)]
+pub struct IdempotencyLayer {
+    intents: Arc<dyn IntentStore>,
+}
+
+impl IdempotencyLayer {
+    pub fn new(intents: Arc<dyn IntentStore>) -> IdempotencyLayer {
+        IdempotencyLayer { intents }
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = Idempotency<S>;
+
+    fn layer(&self, inner: S) -> Idempotency<S> {
+        Idempotency {
+            intents: Arc::clone(&self.intents),
+            inner,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Idempotency<S> {
+    intents: Arc<dyn IntentStore>,
+    inner: S,
+}
+
+impl<S> Service<Request<RequestBody>> for Idempotency<S>
+where
+    S: Service<Request<RequestBody>, Response = Response<ProxyBody>, Error = GatewayError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    type Response = Response<ProxyBody>;
+    type Error = GatewayError;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let intents = Arc::clone(&self.intents);
+        Box::pin(async move {
+            let Some(routed) = request.extensions().get::<RouteMatch>().cloned() else {
+                return inner.call(request).await;
+            };
+            let route = Arc::clone(&routed.route);
+            match &route.idempotency {
+                Some(_) if route.fenced_methods.contains(request.method()) => {
+                    call_once(request, &route, &routed, intents.as_ref(), &mut inner).await
+                }
+                _ => inner.call(request).await,
+            }
+        })
+    }
+}
+
+/// The flow for one request on an idempotent route.
+async fn call_once<S>(
+    request: Request<RequestBody>,
+    route: &CompiledRoute,
+    routed: &RouteMatch,
+    intents: &dyn IntentStore,
+    inner: &mut S,
+) -> Result<Response<ProxyBody>, GatewayError>
+where
+    S: Service<Request<RequestBody>, Response = Response<ProxyBody>, Error = GatewayError>,
+{
+    let Some(settings) = &route.idempotency else {
+        return inner.call(request).await;
+    };
+    let sent_key = key_for(&request, route, routed, settings)?;
+    let record_key = format!("{}/{sent_key}", route.name);
+    let fence = request
+        .extensions()
+        .get::<Admitted>()
+        .map_or(0, |a| a.token);
+    let (mut parts, body) = request.into_parts();
+    let body = read_request(body, settings.max_request_body)
+        .await
+        .map_err(|_| GatewayError::ClientBody)?
+        .ok_or(GatewayError::BodyTooLarge {
+            route: route.name.clone(),
+            limit: settings.max_request_body,
+        })?;
+    let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let now = now_ms();
+    let attempt = uuid::Uuid::new_v4().to_string();
+    let lease = route.timeout + ATTEMPT_LEASE_MARGIN;
+    let begin = BeginRequest {
+        key: record_key.clone(),
+        route: route.name.clone(),
+        fence,
+        fingerprint: fingerprint(parts.method.as_str(), path, &body),
+        attempt: attempt.clone(),
+        attempt_expires_ms: now + u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+        now_ms: now,
+        expires_ms: now + u64::try_from(settings.retention.as_millis()).unwrap_or(u64::MAX),
+    };
+    let store_failed = |source: StoreError| GatewayError::StoreFailed {
+        route: route.name.clone(),
+        key: record_key.clone(),
+        source,
+    };
+    let begun = with_timeout(route, &record_key, intents.begin(begin))
+        .await?
+        .map_err(store_failed)?;
+    match begun {
+        Begun::Fresh | Begun::Resubmit { .. } => {}
+        Begun::Completed(outcome) => return Ok(replay(outcome)),
+        Begun::InFlight { retry_after_ms } => {
+            return Err(GatewayError::RequestInProgress {
+                route: route.name.clone(),
+                key: sent_key,
+                retry_after_secs: retry_after_ms.div_ceil(1000).max(1),
+            })
+        }
+        Begun::Mismatch => {
+            return Err(GatewayError::IdempotencyKeyReused {
+                route: route.name.clone(),
+                key: sent_key,
+            })
+        }
+        Begun::Superseded { fence: current } => {
+            return Err(GatewayError::StaleFence {
+                route: route.name.clone(),
+                key: record_key,
+                token: fence,
+                current,
+            })
+        }
+    }
+    let value = HeaderValue::from_str(&sent_key)
+        .map_err(|_| GatewayError::Internal("idempotency key is not a header value"))?;
+    parts.headers.insert(settings.header.clone(), value);
+    let forwarded = inner
+        .call(Request::from_parts(parts, RequestBody::full(body)))
+        .await;
+    let response = match forwarded {
+        Ok(response) if !response.status().is_server_error() => response,
+        other => {
+            // Not sent, timed out, reset, or a 5xx: the outcome is unknown. The intent stays
+            // SUBMITTING (listed for reconciliation) and the next attempt re-submits the same key.
+            let _ = intents.abandon(&record_key, &attempt, now_ms()).await;
+            return other;
+        }
+    };
+    let (head, body) = response.into_parts();
+    let prefix = read_prefix(body, settings.max_stored_body).await;
+    let (stored_body, complete, reply_body) = match prefix {
+        Ok(Prefix::Whole(bytes)) => (bytes.to_vec(), true, full_body(bytes)),
+        Ok(Prefix::Longer { read, rest }) => (Vec::new(), false, Prefixed::new(read, rest).boxed()),
+        Err(_) => {
+            let _ = intents.abandon(&record_key, &attempt, now_ms()).await;
+            return Err(GatewayError::UpstreamBodyFailed {
+                route: route.name.clone(),
+            });
+        }
+    };
+    let outcome = StoredOutcome {
+        status: head.status.as_u16(),
+        headers: settings
+            .stored_headers
+            .iter()
+            .filter_map(|name| {
+                let value = head.headers.get(name)?.to_str().ok()?;
+                Some((name.as_str().to_owned(), value.to_owned()))
+            })
+            .collect(),
+        body: stored_body,
+        body_complete: complete,
+    };
+    // Recorded before the client sees the answer, so a retry right after it finds the outcome.
+    let recorded = with_timeout(
+        route,
+        &record_key,
+        intents.complete(&record_key, outcome, now_ms()),
+    )
+    .await;
+    let failure = match recorded {
+        Ok(Ok(_)) => None,
+        Ok(Err(source)) => Some(store_failed(source)),
+        Err(timeout) => Some(timeout),
+    };
+    if let Some(error) = failure {
+        tracing::warn!(route = %route.name, key = %record_key, %error, "recording an outcome failed; the intent stays SUBMITTING");
+    }
+    Ok(Response::from_parts(head, reply_body))
+}
+
+/// The key to send: derived from the template, or the client's, per the route's `client_key`.
+fn key_for(
+    request: &Request<RequestBody>,
+    route: &CompiledRoute,
+    routed: &RouteMatch,
+    settings: &IdempotencySettings,
+) -> Result<String, GatewayError> {
+    let client = request
+        .headers()
+        .get(&settings.header)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty());
+    match (settings.client_key, client) {
+        (ClientKey::Keep | ClientKey::Require, Some(client)) => return Ok(client.to_owned()),
+        (ClientKey::Require, None) => {
+            return Err(GatewayError::IdempotencyKeyRequired {
+                route: route.name.clone(),
+                header: settings.header.to_string(),
+            })
+        }
+        _ => {}
+    }
+    let resource_key = request
+        .extensions()
+        .get::<Admitted>()
+        .map(|a| a.key.clone())
+        .unwrap_or_default();
+    let captures = routed.captures.with(&[
+        ("resource_key", resource_key.as_str()),
+        ("method", request.method().as_str()),
+        ("route", route.name.as_str()),
+    ]);
+    let parts = RequestParts {
+        captures: &captures,
+        headers: request.headers(),
+        query: request.uri().query(),
+    };
+    let rendered = settings
+        .key
+        .render(&parts)
+        .map_err(|error| GatewayError::KeyUnavailable {
+            route: route.name.clone(),
+            error,
+        })?;
+    Ok(idempotency_key(&rendered, settings.hmac_secret.as_deref()))
+}
+
+/// Bounds a store call by the route's store timeout (fail closed).
+async fn with_timeout<T>(
+    route: &CompiledRoute,
+    key: &str,
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<Result<T, StoreError>, GatewayError> {
+    tokio::time::timeout(route.fence.store_timeout, call)
+        .await
+        .map_err(|_| GatewayError::StoreTimeout {
+            route: route.name.clone(),
+            key: key.to_owned(),
+            after: route.fence.store_timeout,
+        })
+}
+
+/// The stored answer, marked as a replay.
+fn replay(outcome: StoredOutcome) -> Response<ProxyBody> {
+    let status = StatusCode::from_u16(outcome.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = if outcome.body_complete {
+        outcome.body
+    } else {
+        Vec::new()
+    };
+    let mut response = Response::new(full_body(body));
+    *response.status_mut() = status;
+    for (name, value) in &outcome.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response
+        .headers_mut()
+        .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
+}

@@ -1,0 +1,21 @@
+//! Idempotency for providers that cannot be fenced (DESIGN §6): the same key on every attempt, a
+//! durable intent before the call, replay of a known outcome. `settings.rs` compiles a route's
+//! table, `key.rs` derives keys and fingerprints, `layer.rs` is the request flow and `capture.rs`
+//! records the provider's answer as it streams to the client.
+
+mod capture;
+pub mod cli;
+mod key;
+mod layer;
+mod settings;
+
+pub use key::{fingerprint, idempotency_key};
+pub use layer::{Idempotency, IdempotencyLayer};
+pub use settings::{IdempotencySettings, SettingsError, TEMPLATE_EXTRAS};
+
+/// Milliseconds since the Unix epoch, the clock intent records use.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

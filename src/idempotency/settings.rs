@@ -1,0 +1,79 @@
+//! A route's `[routes.idempotency]` table, compiled: header name, key template, HMAC secret (read
+//! from the environment once, at start), limits and the headers stored for replay.
+
+use std::time::Duration;
+
+use http::HeaderName;
+
+use crate::config::{ClientKey, IdempotencyConfig};
+use crate::route::{KeyTemplate, PathPattern};
+
+/// Names a key template may use besides the path's segments.
+pub const TEMPLATE_EXTRAS: [&str; 3] = ["resource_key", "method", "route"];
+
+#[derive(Debug)]
+pub struct IdempotencySettings {
+    pub header: HeaderName,
+    pub key: KeyTemplate,
+    pub hmac_secret: Option<Vec<u8>>,
+    pub client_key: ClientKey,
+    pub retention: Duration,
+    pub max_stored_body: usize,
+    pub max_request_body: usize,
+    pub stored_headers: Vec<HeaderName>,
+}
+
+/// Why a table did not compile: the field (below `idempotency.`) and the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingsError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl IdempotencySettings {
+    pub fn compile(
+        config: &IdempotencyConfig,
+        pattern: &PathPattern,
+    ) -> Result<IdempotencySettings, SettingsError> {
+        let error = |field, message: String| SettingsError { field, message };
+        let header = HeaderName::from_bytes(config.header.as_bytes())
+            .map_err(|_| error("idempotency.header", "not a valid header name".to_owned()))?;
+        let names = pattern.param_names().chain(TEMPLATE_EXTRAS);
+        let key = KeyTemplate::parse(&config.key, names)
+            .map_err(|e| error("idempotency.key", e.to_string()))?;
+        let hmac_secret = match &config.hmac_secret_env {
+            None => None,
+            Some(name) => match std::env::var(name) {
+                Ok(secret) if !secret.is_empty() => Some(secret.into_bytes()),
+                _ => {
+                    return Err(error(
+                        "idempotency.hmac_secret_env",
+                        format!("environment variable {name} is not set (or empty)"),
+                    ))
+                }
+            },
+        };
+        let stored_headers = config
+            .stored_headers
+            .iter()
+            .map(|h| {
+                HeaderName::from_bytes(h.as_bytes()).map_err(|_| {
+                    error(
+                        "idempotency.stored_headers",
+                        format!("{h:?} is not a header name"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(IdempotencySettings {
+            header,
+            key,
+            hmac_secret,
+            client_key: config.client_key,
+            retention: config.retention,
+            max_stored_body: config.max_stored_body,
+            max_request_body: config.max_request_body,
+            stored_headers,
+        })
+    }
+}

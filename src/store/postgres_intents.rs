@@ -1,0 +1,289 @@
+//! Intent records in PostgreSQL (`migrations/postgres/0002_intents.sql`), shared by every replica.
+//! `begin` is one transaction that locks the key's row (or inserts it) before `decide_begin` runs,
+//! so concurrent duplicates on any replicas see each other; the other operations are one statement.
+
+use std::sync::Arc;
+
+use sqlx::{PgConnection, PgPool};
+
+use super::intents::{
+    decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
+    StoredOutcome,
+};
+use super::postgres::{backend_error, decode_mark, encode_mark, PostgresStore, BACKEND};
+use super::{StoreError, StoreFuture};
+
+/// How often `begin` retries after the row it expected vanished between its insert and its lock
+/// (a concurrent prune or release): each round only repeats because another replica made
+/// progress, so a few rounds suffice.
+const MAX_BEGIN_ROUNDS: usize = 4;
+
+const COLUMNS: &str = "key, route, fence, fingerprint, state, attempt, attempt_expires_ms, \
+                       created_ms, updated_ms, expires_ms, outcome";
+
+/// `$1 … $11` in `COLUMNS` order.
+const VALUES: &str = "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+
+impl IntentStore for PostgresStore {
+    fn begin(&self, request: BeginRequest) -> StoreFuture<'_, Begun> {
+        Box::pin(async move { begin(&self.pool, &request).await })
+    }
+
+    fn complete(&self, key: &str, outcome: StoredOutcome, now_ms: u64) -> StoreFuture<'_, bool> {
+        let key = key.to_owned();
+        Box::pin(async move { record_outcome(&self.pool, &key, &outcome, now_ms).await })
+    }
+
+    fn abandon(&self, key: &str, attempt: &str, now_ms: u64) -> StoreFuture<'_, ()> {
+        let (key, attempt) = (key.to_owned(), attempt.to_owned());
+        Box::pin(async move {
+            sqlx::query(
+                "UPDATE intents SET attempt = NULL, attempt_expires_ms = $3, updated_ms = $3 \
+                 WHERE key = $1 AND attempt = $2 AND state = 'SUBMITTING'",
+            )
+            .bind(&key)
+            .bind(&attempt)
+            .bind(encode_ms(now_ms))
+            .execute(&self.pool)
+            .await
+            .map_err(backend_error)?;
+            Ok(())
+        })
+    }
+
+    fn get(&self, key: &str) -> StoreFuture<'_, Option<IntentRecord>> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            let row: Option<StoredIntent> =
+                sqlx::query_as(&format!("SELECT {COLUMNS} FROM intents WHERE key = $1"))
+                    .bind(&key)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(backend_error)?;
+            row.map(StoredIntent::decode).transpose()
+        })
+    }
+
+    fn list_submitting(
+        &self,
+        updated_before_ms: u64,
+        limit: usize,
+    ) -> StoreFuture<'_, Vec<IntentRecord>> {
+        Box::pin(async move {
+            let rows: Vec<StoredIntent> = sqlx::query_as(&format!(
+                "SELECT {COLUMNS} FROM intents WHERE state = 'SUBMITTING' AND updated_ms < $1 \
+                 ORDER BY updated_ms, key LIMIT $2"
+            ))
+            .bind(encode_ms(updated_before_ms))
+            .bind(encode_count(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend_error)?;
+            rows.into_iter().map(StoredIntent::decode).collect()
+        })
+    }
+
+    fn resolve(&self, key: &str, resolution: Resolution, now_ms: u64) -> StoreFuture<'_, bool> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            match resolution {
+                Resolution::Outcome(outcome) => {
+                    record_outcome(&self.pool, &key, &outcome, now_ms).await
+                }
+                Resolution::Release => {
+                    let deleted =
+                        sqlx::query("DELETE FROM intents WHERE key = $1 AND state = 'SUBMITTING'")
+                            .bind(&key)
+                            .execute(&self.pool)
+                            .await
+                            .map_err(backend_error)?;
+                    Ok(deleted.rows_affected() == 1)
+                }
+            }
+        })
+    }
+
+    fn prune(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, usize> {
+        // SKIP LOCKED: rows a `begin` holds are being renewed; replicas pruning together split
+        // the work instead of queueing on each other.
+        Box::pin(async move {
+            let deleted = sqlx::query(
+                "DELETE FROM intents WHERE expires_ms <= $1 AND key IN \
+                 (SELECT key FROM intents WHERE expires_ms <= $1 ORDER BY expires_ms LIMIT $2 \
+                  FOR UPDATE SKIP LOCKED)",
+            )
+            .bind(encode_ms(now_ms))
+            .bind(encode_count(limit))
+            .execute(&self.pool)
+            .await
+            .map_err(backend_error)?;
+            Ok(usize::try_from(deleted.rows_affected()).unwrap_or(usize::MAX))
+        })
+    }
+}
+
+/// Insert-if-absent, else lock the row, then apply `decide_begin` and write what it returns, all
+/// in one transaction.
+async fn begin(pool: &PgPool, request: &BeginRequest) -> Result<Begun, StoreError> {
+    let insert =
+        format!("INSERT INTO intents ({COLUMNS}) VALUES {VALUES} ON CONFLICT (key) DO NOTHING");
+    let update = format!("UPDATE intents SET ({COLUMNS}) = {VALUES} WHERE key = $1");
+    let mut transaction = pool.begin().await.map_err(backend_error)?;
+    for _ in 0..MAX_BEGIN_ROUNDS {
+        let (fresh, record) = decide_begin(None, request);
+        if let Some(record) = record {
+            let inserted = sqlx::query(&insert);
+            let inserted = bind_record(inserted, &record)
+                .execute(&mut *transaction)
+                .await
+                .map_err(backend_error)?;
+            if inserted.rows_affected() == 1 {
+                transaction.commit().await.map_err(backend_error)?;
+                return Ok(fresh);
+            }
+        }
+        let Some(existing) = lock(&mut transaction, &request.key).await? else {
+            continue; // deleted between the insert and the lock: insert again
+        };
+        let (begun, write) = decide_begin(Some(&existing), request);
+        if let Some(record) = write {
+            let updated = sqlx::query(&update);
+            bind_record(updated, &record)
+                .execute(&mut *transaction)
+                .await
+                .map_err(backend_error)?;
+        }
+        transaction.commit().await.map_err(backend_error)?;
+        return Ok(begun);
+    }
+    Err(StoreError::Setup {
+        backend: BACKEND,
+        detail: format!(
+            "intent {}: the record kept vanishing while it was begun",
+            request.key
+        ),
+    })
+}
+
+async fn lock(
+    connection: &mut PgConnection,
+    key: &str,
+) -> Result<Option<IntentRecord>, StoreError> {
+    let row: Option<StoredIntent> = sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM intents WHERE key = $1 FOR UPDATE"
+    ))
+    .bind(key)
+    .fetch_optional(connection)
+    .await
+    .map_err(backend_error)?;
+    row.map(StoredIntent::decode).transpose()
+}
+
+fn bind_record<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    record: &'q IntentRecord,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query
+        .bind(&record.key)
+        .bind(&record.route)
+        .bind(encode_mark(record.fence))
+        .bind(&record.fingerprint)
+        .bind(record.state.as_str())
+        .bind(record.attempt.as_deref())
+        .bind(encode_ms(record.attempt_expires_ms))
+        .bind(encode_ms(record.created_ms))
+        .bind(encode_ms(record.updated_ms))
+        .bind(encode_ms(record.expires_ms))
+        .bind(record.outcome.as_ref().map(StoredOutcome::to_json))
+}
+
+/// Completes a SUBMITTING intent with `outcome` (a call's answer, or an operator's word).
+async fn record_outcome(
+    pool: &PgPool,
+    key: &str,
+    outcome: &StoredOutcome,
+    now_ms: u64,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE intents SET state = 'COMPLETED', outcome = $2, attempt = NULL, updated_ms = $3 \
+         WHERE key = $1 AND state = 'SUBMITTING'",
+    )
+    .bind(key)
+    .bind(outcome.to_json())
+    .bind(encode_ms(now_ms))
+    .execute(pool)
+    .await
+    .map_err(backend_error)?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// A stored record that does not decode (edited by hand, or written by a newer version).
+#[derive(Debug, thiserror::Error)]
+#[error("intent {key}: unreadable stored record: {detail}")]
+struct CorruptIntent {
+    key: String,
+    detail: String,
+}
+
+/// One row of `intents` as PostgreSQL returns it.
+#[derive(sqlx::FromRow)]
+struct StoredIntent {
+    key: String,
+    route: String,
+    fence: i64,
+    fingerprint: String,
+    state: String,
+    attempt: Option<String>,
+    attempt_expires_ms: i64,
+    created_ms: i64,
+    updated_ms: i64,
+    expires_ms: i64,
+    outcome: Option<String>,
+}
+
+impl StoredIntent {
+    fn decode(self) -> Result<IntentRecord, StoreError> {
+        let corrupt = |detail: String| StoreError::Backend {
+            backend: BACKEND,
+            source: Arc::new(CorruptIntent {
+                key: self.key.clone(),
+                detail,
+            }),
+        };
+        let state = IntentState::parse(&self.state)
+            .ok_or_else(|| corrupt(format!("unknown state {:?}", self.state)))?;
+        let outcome = match &self.outcome {
+            None => None,
+            Some(json) => Some(
+                StoredOutcome::from_json(json)
+                    .ok_or_else(|| corrupt("the outcome is not valid JSON".to_owned()))?,
+            ),
+        };
+        let ms = |name: &str, stored: i64| {
+            u64::try_from(stored).map_err(|_| corrupt(format!("{name} is negative: {stored}")))
+        };
+        Ok(IntentRecord {
+            attempt_expires_ms: ms("attempt_expires_ms", self.attempt_expires_ms)?,
+            created_ms: ms("created_ms", self.created_ms)?,
+            updated_ms: ms("updated_ms", self.updated_ms)?,
+            expires_ms: ms("expires_ms", self.expires_ms)?,
+            fence: decode_mark(self.fence),
+            state,
+            outcome,
+            key: self.key,
+            route: self.route,
+            fingerprint: self.fingerprint,
+            attempt: self.attempt,
+        })
+    }
+}
+
+/// Times beyond `i64::MAX` ms (some 292 million years) are stored as `i64::MAX`, which keeps
+/// their order for the `<` and `<=` comparisons of listing and pruning.
+fn encode_ms(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+fn encode_count(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,180 @@
+//! A fake payment provider: it charges once per call, and — like real providers — may honour the
+//! idempotency header (a repeated key gets the first answer and no new charge). Faults can be
+//! queued: charge then drop the connection, charge then answer 500, charge then answer too late.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+/// What the provider does after charging, for the next call that charges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Charge, then close the connection without answering.
+    DropConnection,
+    /// Charge, then answer 500.
+    Answer500,
+    /// Charge, then answer after this long.
+    AnswerLate(Duration),
+}
+
+/// One charge the provider made.
+#[derive(Debug, Clone)]
+pub struct Charge {
+    pub path: String,
+    pub key: Option<String>,
+    pub body: Bytes,
+}
+
+#[derive(Default)]
+struct State {
+    charges: Vec<Charge>,
+    answers: HashMap<String, (u16, String)>,
+    faults: VecDeque<Fault>,
+    calls: usize,
+}
+
+pub struct Provider {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The header the fake provider reads keys from.
+pub const KEY_HEADER: &str = "idempotency-key";
+
+impl Provider {
+    pub async fn start(honours_keys: bool) -> Provider {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind provider");
+        let addr = listener.local_addr().expect("provider address");
+        let state: Arc<Mutex<State>> = Arc::default();
+        let shared = Arc::clone(&state);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let shared = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    let service = service_fn(move |request| {
+                        let shared = Arc::clone(&shared);
+                        async move { handle(request, honours_keys, shared).await }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Provider { addr, state, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Queues a fault for the next call that charges.
+    pub fn fail_next(&self, fault: Fault) {
+        self.state
+            .lock()
+            .expect("provider lock")
+            .faults
+            .push_back(fault);
+    }
+
+    pub fn charges(&self) -> Vec<Charge> {
+        self.state.lock().expect("provider lock").charges.clone()
+    }
+
+    /// Calls received (charging or answered from the key).
+    pub fn calls(&self) -> usize {
+        self.state.lock().expect("provider lock").calls
+    }
+}
+
+impl Drop for Provider {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[derive(Debug)]
+struct Dropped;
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("dropped after charging")
+    }
+}
+
+impl std::error::Error for Dropped {}
+
+async fn handle(
+    request: Request<Incoming>,
+    honours_keys: bool,
+    state: Arc<Mutex<State>>,
+) -> Result<Response<Full<Bytes>>, Dropped> {
+    let path = request.uri().path().to_owned();
+    let key = request
+        .headers()
+        .get(KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = request
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let (answer, fault) = {
+        let mut state = state.lock().expect("provider lock");
+        state.calls += 1;
+        let known = key
+            .as_ref()
+            .filter(|_| honours_keys)
+            .and_then(|k| state.answers.get(k).cloned());
+        match known {
+            Some(answer) => (answer, None),
+            None => {
+                state.charges.push(Charge {
+                    path,
+                    key: key.clone(),
+                    body,
+                });
+                let answer = (
+                    201,
+                    format!("{{\"charge\":\"ch_{}\"}}", state.charges.len()),
+                );
+                if let Some(key) = key {
+                    state.answers.insert(key, answer.clone());
+                }
+                (answer, state.faults.pop_front())
+            }
+        }
+    };
+    let (status, text) = match fault {
+        Some(Fault::DropConnection) => return Err(Dropped),
+        Some(Fault::Answer500) => (500, "{\"error\":\"internal\"}".to_owned()),
+        Some(Fault::AnswerLate(delay)) => {
+            tokio::time::sleep(delay).await;
+            answer
+        }
+        None => answer,
+    };
+    Ok(Response::builder()
+        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(text)))
+        .expect("static response"))
+}

@@ -3,7 +3,8 @@
 # side with a gateway's passthrough route (mode = "off") and the upstream called directly, in one run.
 #
 #   benches/fenced-writes.sh            # 5 rounds of 10 s per path, c=64 (ROUNDS, SECS, CONNS, KEYS)
-#   PATHS="..." benches/fenced-writes.sh  # other paths: direct, passthrough, fenced-BACKEND, and
+#   PATHS="..." benches/fenced-writes.sh  # other paths: direct, passthrough, fenced-BACKEND,
+#                                         # idem-BACKEND (idempotent writes, unique keys), and
 #                                         # SHAPE-ORDERING-BACKEND with SHAPE = spread | hot (one key),
 #                                         # ORDERING = serialize | none (benches/ordering.sh uses these)
 #
@@ -87,6 +88,13 @@ path = "/invoices/{id}"
 upstream = "http://127.0.0.1:$UPSTREAM_PORT"
 resource_key = "invoice:{id}"
 [[routes]]
+name = "payouts"
+path = "/payouts/{id}"
+upstream = "http://127.0.0.1:$UPSTREAM_PORT"
+resource_key = "payout:{id}"
+[routes.idempotency]
+key = "payout:{id}"
+[[routes]]
 name = "unordered"
 path = "/unordered/{id}"
 upstream = "http://127.0.0.1:$UPSTREAM_PORT"
@@ -114,6 +122,18 @@ local prefix = os.getenv("PREFIX")
 request = function()
   n = n + 1
   return wrk.format("POST", prefix .. (n % keys), { ["X-Fence"] = string.format("%.0f", base + n) }, "")
+end
+done = function(summary) io.write(string.format("non2xx %d\n", summary.errors.status)) end
+LUA
+# Idempotent writes with unique keys: every request a new payout, so each records an intent and
+# an outcome and is forwarded.
+cat > "$work/unique.lua" <<'LUA'
+local n = 0
+local base = tonumber(os.getenv("BASE"))
+request = function()
+  n = n + 1
+  local id = string.format("%.0f", base + n)
+  return wrk.format("POST", "/payouts/" .. id, { ["X-Fence"] = id }, "{}")
 end
 done = function(summary) io.write(string.format("non2xx %d\n", summary.errors.status)) end
 LUA
@@ -157,6 +177,7 @@ for round in $(seq 1 "$ROUNDS"); do
       direct) line=$(run "http://127.0.0.1:$UPSTREAM_PORT/plain/1" "$work/plain.lua") ;;
       passthrough) line=$(run "http://127.0.0.1:${port[$first_backend]}/plain/1" "$work/plain.lua") ;;
       fenced-*) line=$(run "http://127.0.0.1:${port[${path#fenced-}]}/invoices/1" "$work/advance.lua") ;;
+      idem-*) line=$(run "http://127.0.0.1:${port[${path#idem-}]}/payouts/1" "$work/unique.lua") ;;
       *-*-*)
         IFS=- read -r shape ordering backend <<<"$path"
         prefix=/invoices/

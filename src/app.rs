@@ -150,7 +150,10 @@ impl App {
             .intents
             .clone()
             .unwrap_or_else(|| Arc::new(NoIntentStore) as Arc<dyn IntentStore>);
-        let pruner = tokio::spawn(prune_intents(Arc::clone(&intents)));
+        let pruner = tokio::spawn(prune_intents(
+            Arc::clone(&intents),
+            self.config.server.intent_prune_interval,
+        ));
         let gateway = Gateway::new(
             Arc::clone(&self.routes),
             Arc::clone(&self.store),
@@ -195,14 +198,12 @@ async fn watch_store(
     }
 }
 
-/// How often expired intent records are pruned.
-const PRUNE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 /// Most records deleted by one prune call: bounds each call's work on the store.
 const PRUNE_BATCH: usize = 1000;
 
 /// Deletes intent records past their retention, in bounded batches (owned by `App::serve`).
-async fn prune_intents(intents: Arc<dyn IntentStore>) {
-    let mut ticks = tokio::time::interval(PRUNE_INTERVAL);
+async fn prune_intents(intents: Arc<dyn IntentStore>, interval: std::time::Duration) {
+    let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;

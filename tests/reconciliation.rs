@@ -124,3 +124,50 @@ async fn stuck_intents_are_listed_and_resolved_by_an_operator() {
     assert_eq!(provider.calls(), 3);
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_are_pruned_after_retention_and_the_key_starts_afresh() {
+    let provider = Provider::start(false).await;
+    let route = format!(
+        "[[routes]]\nname = \"payouts\"\npath = \"/payouts/{{id}}\"\nupstream = \"{}\"\nresource_key = \"payout:{{id}}\"\n\n[routes.idempotency]\nkey = \"payout:{{id}}\"\nretention = \"300ms\"\n",
+        provider.url()
+    );
+    let gw = TestGateway::start(&route).await;
+    assert_eq!(
+        send("POST", &gw.url("/payouts/1"), &[("x-fence", "1")], "{}")
+            .await
+            .status,
+        201
+    );
+    assert!(gw
+        .intents()
+        .get("payouts/payout:1")
+        .await
+        .unwrap()
+        .is_some());
+    let replay = send("POST", &gw.url("/payouts/1"), &[("x-fence", "1")], "{}").await;
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    // The test gateways prune every 100 ms: the record is gone soon after its retention.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while gw
+        .intents()
+        .get("payouts/payout:1")
+        .await
+        .unwrap()
+        .is_some()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the expired record was never pruned"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let after = send("POST", &gw.url("/payouts/1"), &[("x-fence", "1")], "{}").await;
+    assert_eq!(after.status, 201);
+    assert!(
+        after.header("idempotent-replayed").is_none(),
+        "past retention the key starts afresh"
+    );
+    assert_eq!(provider.calls(), 2);
+    gw.stop().await;
+}

@@ -35,6 +35,8 @@ pub const DEFAULT_MAX_STORED_BODY: usize = 64 * 1024;
 pub const DEFAULT_MAX_REQUEST_BODY: usize = 1024 * 1024;
 /// How long in-flight requests may run after a shutdown signal before connections are closed.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// How often expired intent records are pruned.
+pub const DEFAULT_INTENT_PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 /// How often the store's identity is re-checked while serving.
 pub const DEFAULT_STORE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 /// Where the gateway keeps its own state unless the file names another directory.
@@ -83,6 +85,9 @@ pub struct ServerConfig {
     /// and an operator's adoption).
     #[serde(default = "default_store_check_interval", with = "duration")]
     pub store_check_interval: Duration,
+    /// How often intent records past their retention are deleted (in batches).
+    #[serde(default = "default_intent_prune_interval", with = "duration")]
+    pub intent_prune_interval: Duration,
 }
 
 /// `[store]`: where high-water marks live, chosen by `backend`.
@@ -343,6 +348,9 @@ pub enum Compare {
 
 fn default_shutdown_grace() -> Duration {
     DEFAULT_SHUTDOWN_GRACE
+}
+fn default_intent_prune_interval() -> Duration {
+    DEFAULT_INTENT_PRUNE_INTERVAL
 }
 fn default_store_check_interval() -> Duration {
     DEFAULT_STORE_CHECK_INTERVAL

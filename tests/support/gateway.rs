@@ -151,7 +151,7 @@ pub fn config_text_with_store(
     routes_toml: &str,
 ) -> String {
     format!(
-        "[server]\nlisten = \"{listen}\"\nshutdown_grace = \"5s\"\nstate_dir = \"{dir}\"\nstore_check_interval = \"200ms\"\n\n{store_toml}\n{routes_toml}\n",
+        "[server]\nlisten = \"{listen}\"\nshutdown_grace = \"5s\"\nstate_dir = \"{dir}\"\nstore_check_interval = \"200ms\"\nintent_prune_interval = \"100ms\"\n\n{store_toml}\n{routes_toml}\n",
         dir = dir.display(),
     )
 }

@@ -8,9 +8,8 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::Connection as _;
 use tokio::sync::oneshot;
 
-use super::intents::{
-    decide_begin, BeginRequest, Begun, IntentRecord, IntentState, Resolution, StoredOutcome,
-};
+use super::intent_rows::{encode_ms, CorruptIntent, IntentRow};
+use super::intents::{decide_begin, BeginRequest, Begun, IntentRecord, Resolution, StoredOutcome};
 use super::StoreError;
 
 const BACKEND: &str = "embedded";
@@ -96,14 +95,6 @@ impl IntentCommand {
             IntentCommand::Prune { reply, .. } => drop(reply.send(Err(error))),
         }
     }
-}
-
-/// A stored record that does not decode (edited by hand, or written by a newer version).
-#[derive(Debug, thiserror::Error)]
-#[error("intent {key}: unreadable stored record: {detail}")]
-pub(super) struct CorruptIntent {
-    pub key: String,
-    pub detail: String,
 }
 
 /// Why one command failed: a SQL error aborts the batch's transaction, a corrupt record only
@@ -336,12 +327,12 @@ async fn get(
     connection: &mut SqliteConnection,
     key: &str,
 ) -> Result<Option<IntentRecord>, Failure> {
-    let row: Option<StoredIntent> =
+    let row: Option<IntentRow> =
         sqlx::query_as(&format!("SELECT {COLUMNS} FROM intents WHERE key = ?"))
             .bind(key)
             .fetch_optional(connection)
             .await?;
-    row.map(StoredIntent::decode).transpose()
+    row.map(decode_row).transpose()
 }
 
 async fn list_submitting(
@@ -349,7 +340,7 @@ async fn list_submitting(
     updated_before_ms: u64,
     limit: usize,
 ) -> Result<Vec<IntentRecord>, Failure> {
-    let rows: Vec<StoredIntent> = sqlx::query_as(&format!(
+    let rows: Vec<IntentRow> = sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM intents WHERE state = 'SUBMITTING' AND updated_ms < ? \
          ORDER BY updated_ms, key LIMIT ?"
     ))
@@ -357,7 +348,7 @@ async fn list_submitting(
     .bind(encode_count(limit))
     .fetch_all(connection)
     .await?;
-    rows.into_iter().map(StoredIntent::decode).collect()
+    rows.into_iter().map(decode_row).collect()
 }
 
 async fn prune(
@@ -376,58 +367,6 @@ async fn prune(
     Ok(usize::try_from(deleted.rows_affected()).unwrap_or(usize::MAX))
 }
 
-/// One row of `intents` as SQLite returns it.
-#[derive(sqlx::FromRow)]
-struct StoredIntent {
-    key: String,
-    route: String,
-    fence: i64,
-    fingerprint: String,
-    state: String,
-    attempt: Option<String>,
-    attempt_expires_ms: i64,
-    created_ms: i64,
-    updated_ms: i64,
-    expires_ms: i64,
-    outcome: Option<String>,
-}
-
-impl StoredIntent {
-    fn decode(self) -> Result<IntentRecord, Failure> {
-        let corrupt = |detail: String| {
-            Failure::Corrupt(CorruptIntent {
-                key: self.key.clone(),
-                detail,
-            })
-        };
-        let state = IntentState::parse(&self.state)
-            .ok_or_else(|| corrupt(format!("unknown state {:?}", self.state)))?;
-        let outcome = match &self.outcome {
-            None => None,
-            Some(json) => Some(
-                StoredOutcome::from_json(json)
-                    .ok_or_else(|| corrupt("the outcome is not valid JSON".to_owned()))?,
-            ),
-        };
-        let ms = |name: &str, stored: i64| {
-            u64::try_from(stored).map_err(|_| corrupt(format!("{name} is negative: {stored}")))
-        };
-        Ok(IntentRecord {
-            attempt_expires_ms: ms("attempt_expires_ms", self.attempt_expires_ms)?,
-            created_ms: ms("created_ms", self.created_ms)?,
-            updated_ms: ms("updated_ms", self.updated_ms)?,
-            expires_ms: ms("expires_ms", self.expires_ms)?,
-            fence: decode_fence(self.fence),
-            state,
-            outcome,
-            key: self.key,
-            route: self.route,
-            fingerprint: self.fingerprint,
-            attempt: self.attempt,
-        })
-    }
-}
-
 /// Fences are stored bit for bit as SQLite's signed integer, like marks.
 fn encode_fence(fence: u64) -> i64 {
     i64::from_ne_bytes(fence.to_ne_bytes())
@@ -435,12 +374,6 @@ fn encode_fence(fence: u64) -> i64 {
 
 fn decode_fence(stored: i64) -> u64 {
     u64::from_ne_bytes(stored.to_ne_bytes())
-}
-
-/// Times beyond `i64::MAX` ms (some 292 million years) are stored as `i64::MAX`, which keeps
-/// their order for the `<` and `<=` comparisons of listing and pruning.
-fn encode_ms(ms: u64) -> i64 {
-    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 fn encode_count(count: usize) -> i64 {
@@ -452,6 +385,11 @@ fn backend_error(source: &Arc<sqlx::Error>) -> StoreError {
         backend: BACKEND,
         source: Arc::clone(source) as Arc<dyn std::error::Error + Send + Sync>,
     }
+}
+
+/// Decodes a row, failing only the command that read it when the row is corrupt.
+fn decode_row(row: IntentRow) -> Result<IntentRecord, Failure> {
+    row.decode(decode_fence).map_err(Failure::Corrupt)
 }
 
 #[cfg(test)]

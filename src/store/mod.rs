@@ -6,6 +6,7 @@ mod cache;
 mod checked;
 mod embedded;
 mod embedded_intents;
+mod intent_rows;
 pub mod intents;
 mod postgres;
 mod postgres_intents;

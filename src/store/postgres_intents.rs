@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use sqlx::{PgConnection, PgPool};
 
+use super::intent_rows::{encode_ms, IntentRow};
 use super::intents::{
-    decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
-    StoredOutcome,
+    decide_begin, BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome,
 };
 use super::postgres::{backend_error, decode_mark, encode_mark, PostgresStore, BACKEND};
 use super::{StoreError, StoreFuture};
@@ -54,13 +54,13 @@ impl IntentStore for PostgresStore {
     fn get(&self, key: &str) -> StoreFuture<'_, Option<IntentRecord>> {
         let key = key.to_owned();
         Box::pin(async move {
-            let row: Option<StoredIntent> =
+            let row: Option<IntentRow> =
                 sqlx::query_as(&format!("SELECT {COLUMNS} FROM intents WHERE key = $1"))
                     .bind(&key)
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(backend_error)?;
-            row.map(StoredIntent::decode).transpose()
+            row.map(decode_row).transpose()
         })
     }
 
@@ -70,7 +70,7 @@ impl IntentStore for PostgresStore {
         limit: usize,
     ) -> StoreFuture<'_, Vec<IntentRecord>> {
         Box::pin(async move {
-            let rows: Vec<StoredIntent> = sqlx::query_as(&format!(
+            let rows: Vec<IntentRow> = sqlx::query_as(&format!(
                 "SELECT {COLUMNS} FROM intents WHERE state = 'SUBMITTING' AND updated_ms < $1 \
                  ORDER BY updated_ms, key LIMIT $2"
             ))
@@ -79,7 +79,7 @@ impl IntentStore for PostgresStore {
             .fetch_all(&self.pool)
             .await
             .map_err(backend_error)?;
-            rows.into_iter().map(StoredIntent::decode).collect()
+            rows.into_iter().map(decode_row).collect()
         })
     }
 
@@ -169,14 +169,14 @@ async fn lock(
     connection: &mut PgConnection,
     key: &str,
 ) -> Result<Option<IntentRecord>, StoreError> {
-    let row: Option<StoredIntent> = sqlx::query_as(&format!(
+    let row: Option<IntentRow> = sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM intents WHERE key = $1 FOR UPDATE"
     ))
     .bind(key)
     .fetch_optional(connection)
     .await
     .map_err(backend_error)?;
-    row.map(StoredIntent::decode).transpose()
+    row.map(decode_row).transpose()
 }
 
 fn bind_record<'q>(
@@ -217,73 +217,15 @@ async fn record_outcome(
     Ok(done.rows_affected() == 1)
 }
 
-/// A stored record that does not decode (edited by hand, or written by a newer version).
-#[derive(Debug, thiserror::Error)]
-#[error("intent {key}: unreadable stored record: {detail}")]
-struct CorruptIntent {
-    key: String,
-    detail: String,
-}
-
-/// One row of `intents` as PostgreSQL returns it.
-#[derive(sqlx::FromRow)]
-struct StoredIntent {
-    key: String,
-    route: String,
-    fence: i64,
-    fingerprint: String,
-    state: String,
-    attempt: Option<String>,
-    attempt_expires_ms: i64,
-    created_ms: i64,
-    updated_ms: i64,
-    expires_ms: i64,
-    outcome: Option<String>,
-}
-
-impl StoredIntent {
-    fn decode(self) -> Result<IntentRecord, StoreError> {
-        let corrupt = |detail: String| StoreError::Backend {
-            backend: BACKEND,
-            source: Arc::new(CorruptIntent {
-                key: self.key.clone(),
-                detail,
-            }),
-        };
-        let state = IntentState::parse(&self.state)
-            .ok_or_else(|| corrupt(format!("unknown state {:?}", self.state)))?;
-        let outcome = match &self.outcome {
-            None => None,
-            Some(json) => Some(
-                StoredOutcome::from_json(json)
-                    .ok_or_else(|| corrupt("the outcome is not valid JSON".to_owned()))?,
-            ),
-        };
-        let ms = |name: &str, stored: i64| {
-            u64::try_from(stored).map_err(|_| corrupt(format!("{name} is negative: {stored}")))
-        };
-        Ok(IntentRecord {
-            attempt_expires_ms: ms("attempt_expires_ms", self.attempt_expires_ms)?,
-            created_ms: ms("created_ms", self.created_ms)?,
-            updated_ms: ms("updated_ms", self.updated_ms)?,
-            expires_ms: ms("expires_ms", self.expires_ms)?,
-            fence: decode_mark(self.fence),
-            state,
-            outcome,
-            key: self.key,
-            route: self.route,
-            fingerprint: self.fingerprint,
-            attempt: self.attempt,
-        })
-    }
-}
-
-/// Times beyond `i64::MAX` ms (some 292 million years) are stored as `i64::MAX`, which keeps
-/// their order for the `<` and `<=` comparisons of listing and pruning.
-fn encode_ms(ms: u64) -> i64 {
-    i64::try_from(ms).unwrap_or(i64::MAX)
-}
-
 fn encode_count(count: usize) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// Decodes a row; a corrupt one is a backend error for the call that read it.
+fn decode_row(row: IntentRow) -> Result<IntentRecord, StoreError> {
+    row.decode(decode_mark)
+        .map_err(|corrupt| StoreError::Backend {
+            backend: BACKEND,
+            source: Arc::new(corrupt),
+        })
 }

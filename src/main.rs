@@ -2,7 +2,7 @@
 //! [`fencegate::App`]. Everything else lives in the library, where the tests reach it too.
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -127,24 +127,7 @@ fn fencegate_intents(command: IntentsCommand) -> ExitCode {
             config.clone()
         }
     };
-    let config = match fencegate::config::load_file(&path) {
-        Ok(config) => config,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let outcome = runtime.block_on(async {
+    one_shot(&path, |config| async move {
         let backend = fencegate::store::open(&config.store)
             .await
             .map_err(|e| e.to_string())?;
@@ -152,17 +135,7 @@ fn fencegate_intents(command: IntentsCommand) -> ExitCode {
             fencegate::idempotency::cli::run(backend.intents.as_ref(), command.into()).await;
         let _ = backend.fences.close().await;
         result
-    });
-    match outcome {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }
 
 impl From<IntentsCommand> for fencegate::idempotency::cli::Request {
@@ -190,64 +163,53 @@ impl From<IntentsCommand> for fencegate::idempotency::cli::Request {
     }
 }
 
-fn adopt(path: &std::path::Path) -> ExitCode {
-    let config = match fencegate::config::load_file(path) {
-        Ok(config) => config,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let state_dir = config.server.state_dir.clone();
-    let adopted = runtime.block_on(async {
-        let store = fencegate::store::open(&config.store).await?.fences;
-        let identity = fencegate::store::adoption::adopt(store.as_ref(), &state_dir).await;
-        // A running gateway may hold the embedded store's file; closing releases nothing it needs.
+fn adopt(path: &Path) -> ExitCode {
+    one_shot(path, |config| async move {
+        let state_dir = config.server.state_dir.clone();
+        let store = fencegate::store::open(&config.store)
+            .await
+            .map_err(|e| e.to_string())?
+            .fences;
+        let adopted = fencegate::store::adoption::adopt(store.as_ref(), &state_dir).await;
         let _ = store.close().await;
-        identity
-    });
-    match adopted {
-        Ok(identity) => {
-            println!(
-                "adopted {} store {} in {}: a running gateway with this state directory resumes fenced traffic at its next store check",
-                config.store.backend(),
-                identity.id,
-                state_dir.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+        let identity = adopted.map_err(|e| e.to_string())?;
+        Ok(format!(
+            "adopted {} store {} in {}: a running gateway with this state directory resumes fenced traffic at its next store check\n",
+            config.store.backend(),
+            identity.id,
+            state_dir.display()
+        ))
+    })
 }
 
-fn migrate(path: &std::path::Path) -> ExitCode {
+fn migrate(path: &Path) -> ExitCode {
+    one_shot(path, |config| async move {
+        let fencegate::config::StoreConfig::Postgres(postgres) = &config.store else {
+            return Ok(format!(
+                "the {} store creates its schema when it opens; nothing to migrate\n",
+                config.store.backend()
+            ));
+        };
+        fencegate::store::migrate_postgres(postgres)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(format!("schema {} is up to date\n", postgres.schema))
+    })
+}
+
+/// The shape of every one-shot command: load the configuration, run `task` on a single-threaded
+/// runtime, print what it returns, and exit non-zero with its error.
+fn one_shot<F, Fut>(path: &Path, task: F) -> ExitCode
+where
+    F: FnOnce(fencegate::Config) -> Fut,
+    Fut: std::future::Future<Output = Result<String, String>>,
+{
     let config = match fencegate::config::load_file(path) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
-    };
-    let fencegate::config::StoreConfig::Postgres(postgres) = &config.store else {
-        println!(
-            "{}: the {} store creates its schema when it opens; nothing to migrate",
-            path.display(),
-            config.store.backend()
-        );
-        return ExitCode::SUCCESS;
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -259,9 +221,9 @@ fn migrate(path: &std::path::Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(fencegate::store::migrate_postgres(postgres)) {
-        Ok(()) => {
-            println!("schema {} is up to date", postgres.schema);
+    match runtime.block_on(task(config)) {
+        Ok(text) => {
+            print!("{text}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -271,7 +233,7 @@ fn migrate(path: &std::path::Path) -> ExitCode {
     }
 }
 
-fn serve(path: &std::path::Path) -> ExitCode {
+fn serve(path: &Path) -> ExitCode {
     let config = match fencegate::config::load_file(path) {
         Ok(config) => config,
         Err(e) => {

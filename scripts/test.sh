@@ -6,6 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 scripts/ensure-services.sh
+# The metrics test checks the exposition with Prometheus's own parser.
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "installing promtool (Debian package prometheus)"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) \
+    || echo "promtool could not be installed; the metrics test will fail"
+fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0

@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use crate::config::Config;
 use crate::gate::Gates;
 use crate::gateway::Gateway;
+use crate::metrics::Metrics;
 use crate::route::{CompiledRoute, RouteError, RouteTable};
 use crate::store::intents::NoIntentStore;
 use crate::store::{
@@ -23,6 +24,8 @@ pub enum StartError {
     Route(RouteError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("admin: {0}")]
+    Admin(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -41,6 +44,9 @@ pub struct App {
     trust: Arc<StoreTrust>,
     gates: Gates,
     intents: Option<Arc<dyn IntentStore>>,
+    metrics: Arc<Metrics>,
+    /// Bound ahead of `serve` by `bind_admin` (tests learn the port that way).
+    admin_listener: Option<TcpListener>,
 }
 
 impl App {
@@ -48,6 +54,9 @@ impl App {
     /// against this gateway's adoption record.
     pub async fn build(config: Config) -> Result<App, StartError> {
         let routes = RouteTable::compile(&config.routes).map_err(StartError::Route)?;
+        if let Some(admin) = &config.admin {
+            admin_token(admin)?;
+        }
         let opened = store::open(&config.store).await?;
         let gates = Gates::open(&config.store).await?;
         let app = App::assemble(config, routes, opened.fences, Some(opened.intents), gates);
@@ -89,10 +98,12 @@ impl App {
     ) -> App {
         let cache = Arc::new(MarkCache::new(config.store.cache_capacity()));
         let trust = Arc::new(StoreTrust::default());
+        let metrics = Metrics::new();
         let store = Arc::new(CheckedStore::new(
             Arc::clone(&backend),
             Arc::clone(&cache),
             Arc::clone(&trust),
+            Arc::clone(&metrics),
         ));
         App {
             config,
@@ -103,6 +114,8 @@ impl App {
             trust,
             gates,
             intents,
+            metrics,
+            admin_listener: None,
         }
     }
 
@@ -126,6 +139,57 @@ impl App {
         Arc::clone(&self.trust)
     }
 
+    /// The metrics registry.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.metrics)
+    }
+
+    /// Binds the admin listener now (if `[admin]` is configured) and returns its address.
+    pub async fn bind_admin(&mut self) -> Result<Option<SocketAddr>, StartError> {
+        let Some(admin) = &self.config.admin else {
+            return Ok(None);
+        };
+        let addr = admin.listen;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Listen { addr, source })?;
+        let bound = listener.local_addr().ok();
+        self.admin_listener = Some(listener);
+        Ok(bound)
+    }
+
+    /// Starts the admin listener's task, if `[admin]` is configured.
+    async fn start_admin(&mut self) -> Result<Option<tokio::task::JoinHandle<()>>, StartError> {
+        let Some(admin) = self.config.admin.clone() else {
+            return Ok(None);
+        };
+        let token = admin_token(&admin)?;
+        if self.admin_listener.is_none() {
+            self.bind_admin().await?;
+        }
+        let Some(listener) = self.admin_listener.take() else {
+            return Ok(None);
+        };
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(%addr, "admin listening");
+        }
+        let state = crate::admin::AdminState {
+            routes: Arc::clone(&self.routes),
+            store: Arc::clone(&self.store),
+            intents: self.intents.clone(),
+            trust: Arc::clone(&self.trust),
+            metrics: Arc::clone(&self.metrics),
+            token: token.into(),
+            probes_require_token: admin.probes_require_token,
+        };
+        let router = crate::admin::router(state);
+        Ok(Some(tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                tracing::error!(error = %e, "the admin listener failed");
+            }
+        })))
+    }
+
     /// Binds the configured listen address.
     pub async fn bind(&self) -> Result<TcpListener, StartError> {
         let addr = self.config.server.listen;
@@ -135,7 +199,14 @@ impl App {
     }
 
     /// Serves on `listener` until `shutdown` resolves, drains, and closes the store.
-    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+    pub async fn serve(mut self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+        let admin = match self.start_admin().await {
+            Ok(admin) => admin,
+            Err(e) => {
+                tracing::error!("{e}; serving without the admin listener");
+                None
+            }
+        };
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, "fencegate listening");
         }
@@ -159,6 +230,7 @@ impl App {
             Arc::clone(&self.store),
             intents,
             self.gates.clone(),
+            Arc::clone(&self.metrics),
         );
         crate::server::serve(
             listener,
@@ -169,6 +241,9 @@ impl App {
         .await;
         watcher.abort();
         pruner.abort();
+        if let Some(admin) = admin {
+            admin.abort();
+        }
         if let Some(shared) = &self.gates.shared {
             shared.close().await;
         }
@@ -176,6 +251,18 @@ impl App {
             tracing::warn!(error = %e, "closing the store failed");
         }
         tracing::info!("fencegate stopped");
+    }
+}
+
+/// The admin API's bearer token, from the file or the environment.
+fn admin_token(admin: &crate::config::AdminConfig) -> Result<String, StartError> {
+    match (&admin.token, &admin.token_env) {
+        (Some(token), _) => Ok(token.clone()),
+        (None, Some(name)) => std::env::var(name)
+            .ok()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| StartError::Admin(format!("environment variable {name} is not set"))),
+        (None, None) => Err(StartError::Admin("no token configured".to_owned())),
     }
 }
 

@@ -8,6 +8,7 @@ use http::{header, HeaderName, HeaderValue, Response, StatusCode};
 use crate::fence::TokenError;
 use crate::problem::Problem;
 use crate::proxy::ProxyBody;
+use crate::request_id::RequestId;
 use crate::route::RenderError;
 use crate::store::StoreError;
 
@@ -220,9 +221,9 @@ impl GatewayError {
         }
     }
 
-    /// The one place a failure becomes an HTTP answer, logged once.
-    pub fn into_response(self) -> Response<ProxyBody> {
-        self.log();
+    /// The one place a failure becomes an HTTP answer, logged once with the request's id.
+    pub fn into_response(self, request_id: &RequestId) -> Response<ProxyBody> {
+        self.log(request_id);
         let (status, slug, title) = self.status_slug_title();
         let detail = match &self {
             // Internal details never reach the client.
@@ -309,7 +310,7 @@ impl GatewayError {
         response
     }
 
-    fn log(&self) {
+    fn log(&self, request_id: &RequestId) {
         match self {
             GatewayError::StaleFence {
                 route,
@@ -322,16 +323,23 @@ impl GatewayError {
                 key,
                 token,
                 current,
-            } => tracing::info!(%route, %key, token, current, "refused: stale fencing token"),
+            } => tracing::info!(
+                %route,
+                %key,
+                token,
+                current,
+                %request_id,
+                "refused: stale fencing token"
+            ),
             GatewayError::Token { route, key, error } => {
-                tracing::info!(%route, %key, reason = %error, "refused: fencing token")
+                tracing::info!(%route, %key, reason = %error, %request_id, "refused: fencing token")
             }
             other => match other.origin() {
-                Origin::Client => tracing::debug!(error = %other, "refused"),
+                Origin::Client => tracing::debug!(error = %other, %request_id, "refused"),
                 Origin::Store | Origin::Upstream => {
-                    tracing::warn!(error = %other, "request failed")
+                    tracing::warn!(error = %other, %request_id, "request failed")
                 }
-                Origin::Gateway => tracing::error!(error = %other, "internal error"),
+                Origin::Gateway => tracing::error!(error = %other, %request_id, "internal error"),
             },
         }
     }

@@ -9,6 +9,8 @@
 //! - [`config`]: the TOML file's shape, loading and validation (`fencegate check-config`).
 //! - [`route`]: path patterns, resource-key templates and the compiled route table.
 //! - [`server`]: the listener — HTTP/1.1 and h2c, graceful drain on shutdown.
+//! - [`request_id`]: `X-Request-Id` — kept from the client when sane, else generated; forwarded,
+//!   returned on every response and logged with every refusal.
 //! - [`gateway`]: the reserved `/_fencegate/` endpoints (claiming) and the request stack, assembled
 //!   in one place: routing → fence → idempotency → ordering gate → proxy.
 //! - [`fence`]: token parsing and the fence layer (compare-and-advance before forwarding).
@@ -19,9 +21,12 @@
 //! - [`proxy`]: header rules (hop-by-hop, `Via`, `Forwarded`), upstream targets and forwarding.
 //! - [`error`] and [`problem`]: every failure as a typed error, answered as RFC 9457 problem details.
 //! - [`stats`]: per-route counters of fence outcomes.
+//! - [`metrics`]: the Prometheus registry and its text exposition.
+//! - [`admin`]: the admin listener — metrics, health, marks, routes, intents.
 //! - [`app`]: wiring — opens the store, compiles routes, serves until shutdown.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod app;
 pub mod config;
 pub mod error;
@@ -29,8 +34,10 @@ pub mod fence;
 pub mod gate;
 pub mod gateway;
 pub mod idempotency;
+pub mod metrics;
 pub mod problem;
 pub mod proxy;
+pub mod request_id;
 pub mod route;
 pub mod server;
 pub mod stats;

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
 /// A fencing-aware HTTP reverse proxy: stale lock holders cannot write.
@@ -23,6 +23,10 @@ enum Command {
         /// The configuration file (TOML).
         #[arg(long, short)]
         config: PathBuf,
+        /// How log lines on stderr are written: `text` for people, `json` (one object per line)
+        /// for log shippers. `RUST_LOG` filters either.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
     },
     /// Validate a configuration file without serving; exits non-zero with the first error.
     CheckConfig {
@@ -45,6 +49,13 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+}
+
+/// The shape of the log lines written to stderr.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -94,13 +105,10 @@ enum IntentsCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    start_logging(match &cli.command {
+        Command::Serve { log_format, .. } => *log_format,
+        _ => LogFormat::Text,
+    });
     match cli.command {
         Command::CheckConfig { file } => match fencegate::config::load_file(&file) {
             Ok(config) => {
@@ -112,12 +120,27 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Serve { config } => serve(&config),
+        Command::Serve { config, .. } => serve(&config),
         Command::Migrate { config } => migrate(&config),
         Command::Store {
             command: StoreCommand::Adopt { config },
         } => adopt(&config),
         Command::Intents { command } => fencegate_intents(command),
+    }
+}
+
+/// Logs to stderr in `format`, filtered by `RUST_LOG` (default `info`).
+fn start_logging(format: LogFormat) {
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().init(),
     }
 }
 

@@ -37,6 +37,29 @@ fn validate(config: &Config, origin: &Path) -> Result<(), ConfigError> {
         field: format!("store.{field}"),
         message: message.to_owned(),
     };
+    if let Some(admin) = &config.admin {
+        let admin_error = |field: &str, message: &str| ConfigError::Invalid {
+            file: origin.to_owned(),
+            route: None,
+            field: format!("admin.{field}"),
+            message: message.to_owned(),
+        };
+        match (&admin.token, &admin.token_env) {
+            (Some(_), Some(_)) => {
+                return Err(admin_error("token", "give token or token_env, not both"))
+            }
+            (None, None) => {
+                return Err(admin_error(
+                    "token",
+                    "the admin API needs a bearer token: set token or token_env",
+                ))
+            }
+            (Some(token), None) if token.len() < 16 => {
+                return Err(admin_error("token", "use at least 16 characters"))
+            }
+            _ => {}
+        }
+    }
     if config.store.max_batch() == 0 {
         return Err(store_error("max_batch", "must be at least 1"));
     }

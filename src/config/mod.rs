@@ -68,6 +68,25 @@ pub struct Config {
     pub store: StoreConfig,
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    /// The admin listener; absent: no admin API.
+    #[serde(default)]
+    pub admin: Option<AdminConfig>,
+}
+
+/// `[admin]`: metrics, health and the admin API on their own address.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+    /// The bearer token the admin endpoints require (prefer `token_env`).
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Name of an environment variable holding the token, read at start.
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// Require the token on `/metrics`, `/healthz` and `/readyz` too.
+    #[serde(default)]
+    pub probes_require_token: bool,
 }
 
 /// `[server]`: the data-plane listener.

@@ -15,6 +15,7 @@ use super::{GatedBody, Gates, LocalPass, SharedPass};
 use crate::config::Ordering;
 use crate::error::GatewayError;
 use crate::fence::Admitted;
+use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, RequestBody};
 use crate::route::{CompiledRoute, RouteMatch};
 use crate::store::FenceStore;
@@ -23,11 +24,16 @@ use crate::store::FenceStore;
 pub struct GateLayer {
     gates: Gates,
     store: Arc<dyn FenceStore>,
+    metrics: Arc<Metrics>,
 }
 
 impl GateLayer {
-    pub fn new(gates: Gates, store: Arc<dyn FenceStore>) -> GateLayer {
-        GateLayer { gates, store }
+    pub fn new(gates: Gates, store: Arc<dyn FenceStore>, metrics: Arc<Metrics>) -> GateLayer {
+        GateLayer {
+            gates,
+            store,
+            metrics,
+        }
     }
 }
 
@@ -38,6 +44,7 @@ impl<S> Layer<S> for GateLayer {
         Gate {
             gates: self.gates.clone(),
             store: Arc::clone(&self.store),
+            metrics: Arc::clone(&self.metrics),
             inner,
         }
     }
@@ -47,6 +54,7 @@ impl<S> Layer<S> for GateLayer {
 pub struct Gate<S> {
     gates: Gates,
     store: Arc<dyn FenceStore>,
+    metrics: Arc<Metrics>,
     inner: S,
 }
 
@@ -78,6 +86,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let gates = self.gates.clone();
         let store = Arc::clone(&self.store);
+        let metrics = Arc::clone(&self.metrics);
         Box::pin(async move {
             let route = request
                 .extensions()
@@ -90,7 +99,13 @@ where
             if route.fence.ordering == Ordering::None {
                 return inner.call(request).await;
             }
-            let passes = enter(&gates, &route, &admitted).await?;
+            let waiting = std::time::Instant::now();
+            let passes = enter(&gates, &route, &admitted).await;
+            metrics
+                .gate_wait
+                .with_label_values(&[&route.name])
+                .observe(waiting.elapsed().as_secs_f64());
+            let passes = passes?;
             recheck(store.as_ref(), &route, &admitted).await?;
             // On an upstream error or timeout the passes drop here, after the upstream call
             // (and with it its connection) has been dropped.

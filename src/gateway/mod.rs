@@ -20,7 +20,9 @@ use tower::{Service, ServiceBuilder, ServiceExt as _};
 use crate::fence::{Fence, FenceLayer};
 use crate::gate::{Gate, GateLayer, Gates};
 use crate::idempotency::{Idempotency, IdempotencyLayer};
+use crate::metrics::Metrics;
 use crate::proxy::{Proxy, ProxyBody, RequestBody};
+use crate::request_id::{assign_request_id, stamp_request_id};
 use crate::route::{RouteTable, RESERVED_PREFIX};
 use crate::store::{FenceStore, IntentStore};
 
@@ -39,10 +41,11 @@ impl Gateway {
         store: Arc<dyn FenceStore>,
         intents: Arc<dyn IntentStore>,
         gates: Gates,
+        metrics: Arc<Metrics>,
     ) -> Gateway {
         let routed = ServiceBuilder::new()
             // First: find the route, so every later layer knows the route's settings.
-            .layer(RoutingLayer::new(routes))
+            .layer(RoutingLayer::new(routes, Arc::clone(&metrics)))
             // Before anything can reach the upstream: refuse stale generations (I1, I2).
             .layer(FenceLayer::new(Arc::clone(&store)))
             // After the fence (a superseded holder is refused before any replay) and before the
@@ -50,9 +53,13 @@ impl Gateway {
             .layer(IdempotencyLayer::new(intents))
             // After admission, before forwarding: one write per key in flight, in admission
             // order, re-checked against newer admissions when its turn comes (I4).
-            .layer(GateLayer::new(gates, Arc::clone(&store)))
+            .layer(GateLayer::new(
+                gates,
+                Arc::clone(&store),
+                Arc::clone(&metrics),
+            ))
             // Last: forward what passed.
-            .service(Proxy::new());
+            .service(Proxy::new(Arc::clone(&metrics)));
         Gateway {
             claim: Claim::new(store),
             routed,
@@ -69,23 +76,28 @@ impl Service<Request<Incoming>> for Gateway {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
+        // Before the reserved/routed split, so both answer with the id and every layer (and the
+        // upstream) sees it; not a layer, because the error-to-response step below needs it too.
+        let request_id = assign_request_id(&mut request);
         if request.uri().path().starts_with(RESERVED_PREFIX) {
             let claim = self.claim.clone();
             return Box::pin(async move {
-                Ok(claim
+                let response = claim
                     .handle(request)
                     .await
-                    .unwrap_or_else(|e| e.into_response()))
+                    .unwrap_or_else(|e| e.into_response(&request_id));
+                Ok(stamp_request_id(response, &request_id))
             });
         }
         let routed = self.routed.clone();
         let request = request.map(RequestBody::streamed);
         Box::pin(async move {
-            Ok(routed
+            let response = routed
                 .oneshot(request)
                 .await
-                .unwrap_or_else(|e| e.into_response()))
+                .unwrap_or_else(|e| e.into_response(&request_id));
+            Ok(stamp_request_id(response, &request_id))
         })
     }
 }

@@ -9,18 +9,20 @@ use http::{Request, Response};
 use percent_encoding::percent_decode_str;
 use tower::{Layer, Service};
 
-use crate::error::GatewayError;
+use crate::error::{GatewayError, Origin};
+use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, RequestBody};
 use crate::route::RouteTable;
 
 #[derive(Clone)]
 pub struct RoutingLayer {
     routes: Arc<RouteTable>,
+    metrics: Arc<Metrics>,
 }
 
 impl RoutingLayer {
-    pub fn new(routes: Arc<RouteTable>) -> RoutingLayer {
-        RoutingLayer { routes }
+    pub fn new(routes: Arc<RouteTable>, metrics: Arc<Metrics>) -> RoutingLayer {
+        RoutingLayer { routes, metrics }
     }
 }
 
@@ -30,6 +32,7 @@ impl<S> Layer<S> for RoutingLayer {
     fn layer(&self, inner: S) -> Routing<S> {
         Routing {
             routes: Arc::clone(&self.routes),
+            metrics: Arc::clone(&self.metrics),
             inner,
         }
     }
@@ -38,6 +41,7 @@ impl<S> Layer<S> for RoutingLayer {
 #[derive(Clone)]
 pub struct Routing<S> {
     routes: Arc<RouteTable>,
+    metrics: Arc<Metrics>,
     inner: S,
 }
 
@@ -56,19 +60,56 @@ where
 
     fn call(&mut self, mut request: Request<RequestBody>) -> Self::Future {
         let path = request.uri().path();
+        let metrics = Arc::clone(&self.metrics);
         if has_dot_segment(path) {
+            metrics
+                .requests
+                .with_label_values(&[NO_ROUTE, "refused"])
+                .inc();
             return future::ready(Err(GatewayError::DotSegment)).boxed();
         }
         match self.routes.find(path) {
             Some(routed) => {
+                let route = routed.route.name.clone();
                 request.extensions_mut().insert(routed);
-                self.inner.call(request).boxed()
+                let inflight = metrics.inflight.with_label_values(&[&route]);
+                inflight.inc();
+                let answer = self.inner.call(request);
+                async move {
+                    let result = answer.await;
+                    inflight.dec();
+                    metrics
+                        .requests
+                        .with_label_values(&[&route, outcome_label(&result)])
+                        .inc();
+                    result
+                }
+                .boxed()
             }
-            None => future::ready(Err(GatewayError::NoRoute {
-                path: path.to_owned(),
-            }))
-            .boxed(),
+            None => {
+                metrics
+                    .requests
+                    .with_label_values(&[NO_ROUTE, "refused"])
+                    .inc();
+                future::ready(Err(GatewayError::NoRoute {
+                    path: path.to_owned(),
+                }))
+                .boxed()
+            }
         }
+    }
+}
+
+/// The `route` label of requests that matched no route.
+pub const NO_ROUTE: &str = "_none";
+
+/// The `outcome` label of an answered request.
+pub fn outcome_label(result: &Result<Response<ProxyBody>, GatewayError>) -> &'static str {
+    match result {
+        Ok(response) if response.headers().contains_key("idempotent-replayed") => "replayed",
+        Ok(_) => "forwarded",
+        Err(e) if e.origin() == Origin::Client => "refused",
+        Err(_) => "failed",
     }
 }
 

@@ -2,6 +2,7 @@
 //! keep-alive connection within the route's timeout, and streams the response back.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use super::headers::{
 };
 use super::{ProxyBody, RequestBody};
 use crate::error::GatewayError;
+use crate::metrics::Metrics;
 use crate::route::RouteMatch;
 
 /// Idle keep-alive connections kept per upstream: enough for a busy route on a small machine.
@@ -50,19 +52,15 @@ pub fn upstream_client() -> UpstreamClient {
 #[derive(Clone)]
 pub struct Proxy {
     client: UpstreamClient,
+    metrics: Arc<Metrics>,
 }
 
 impl Proxy {
-    pub fn new() -> Proxy {
+    pub fn new(metrics: Arc<Metrics>) -> Proxy {
         Proxy {
             client: upstream_client(),
+            metrics,
         }
-    }
-}
-
-impl Default for Proxy {
-    fn default() -> Self {
-        Proxy::new()
     }
 }
 
@@ -77,6 +75,7 @@ impl Service<Request<RequestBody>> for Proxy {
 
     fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
         let client = self.client.clone();
+        let metrics = Arc::clone(&self.metrics);
         Box::pin(async move {
             let routed =
                 request
@@ -89,7 +88,13 @@ impl Service<Request<RequestBody>> for Proxy {
             let route = routed.route;
             let upstream_request = upstream_request_filter(request, &route)?;
             let pending = client.request(upstream_request);
-            let response = match tokio::time::timeout(route.timeout, pending).await {
+            let started = std::time::Instant::now();
+            let answered = tokio::time::timeout(route.timeout, pending).await;
+            metrics
+                .upstream_duration
+                .with_label_values(&[&route.name])
+                .observe(started.elapsed().as_secs_f64());
+            let response = match answered {
                 Err(_elapsed) => {
                     // Dropping the pending request tears its connection down; it is never reused.
                     return Err(GatewayError::UpstreamTimeout {

@@ -3,14 +3,17 @@
 //! and stops trusting a store whose answers go below a mark already seen (a store that forgot).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::{Advance, FenceStore, MarkCache, StoreError, StoreFuture, StoreIdentity, StoreTrust};
 use crate::config::Compare;
+use crate::metrics::Metrics;
 
 pub struct CheckedStore {
     inner: Arc<dyn FenceStore>,
     cache: Arc<MarkCache>,
     trust: Arc<StoreTrust>,
+    metrics: Arc<Metrics>,
 }
 
 impl CheckedStore {
@@ -18,12 +21,29 @@ impl CheckedStore {
         inner: Arc<dyn FenceStore>,
         cache: Arc<MarkCache>,
         trust: Arc<StoreTrust>,
+        metrics: Arc<Metrics>,
     ) -> CheckedStore {
         CheckedStore {
             inner,
             cache,
             trust,
+            metrics,
         }
+    }
+
+    /// Times a backend call and counts its failure.
+    async fn timed<T>(&self, op: &str, call: StoreFuture<'_, T>) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let result = call.await;
+        let backend = self.inner.backend();
+        self.metrics.observe_store(backend, op, started.elapsed());
+        if result.is_err() {
+            self.metrics
+                .store_errors
+                .with_label_values(&[backend])
+                .inc();
+        }
+        result
     }
 
     /// The answer `mark` for `key` is below `floor`, a mark seen before the call started.
@@ -50,7 +70,9 @@ impl FenceStore for CheckedStore {
             }
             self.trust.check()?;
             let floor = self.cache.get(&key);
-            let outcome = self.inner.advance(&key, token, compare).await?;
+            let outcome = self
+                .timed("advance", self.inner.advance(&key, token, compare))
+                .await?;
             let (before, after) = match outcome {
                 Advance::Accepted { previous } => {
                     (previous, previous.map_or(token, |p| p.max(token)))
@@ -70,7 +92,7 @@ impl FenceStore for CheckedStore {
         Box::pin(async move {
             self.trust.check()?;
             let floor = self.cache.get(&key);
-            let mark = self.inner.current(&key).await?;
+            let mark = self.timed("current", self.inner.current(&key)).await?;
             if let Some(error) = self.regressed(&key, mark, floor) {
                 return Err(error);
             }

@@ -12,6 +12,8 @@ use tokio::sync::oneshot;
 
 pub struct TestGateway {
     pub addr: SocketAddr,
+    /// The admin listener, when the configuration has `[admin]`.
+    pub admin: Option<SocketAddr>,
     pub dir: PathBuf,
     routes: Vec<(String, Arc<CompiledRoute>)>,
     store: Arc<dyn FenceStore>,
@@ -44,6 +46,23 @@ impl TestGateway {
         gateway
     }
 
+    /// Starts a gateway with an admin listener (bearer `token`) on a fresh embedded store.
+    pub async fn start_with_admin(routes_toml: &str, token: &str) -> TestGateway {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let admin = format!("[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{token}\"\n\n");
+        let text = format!(
+            "{}{admin}",
+            config_text(temp.path(), "127.0.0.1:0", routes_toml)
+        );
+        let mut gateway = TestGateway::start_text(temp.path(), &text, None).await;
+        gateway._temp = Some(temp);
+        gateway
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin.expect("admin listener"), path)
+    }
+
     /// Starts a gateway with state in `dir` and the store `store_toml` (a whole `[store]` table).
     pub async fn start_with_store_config(
         dir: &Path,
@@ -67,10 +86,11 @@ impl TestGateway {
         let config = fencegate::config::parse_str(text, Path::new("test.toml"))
             .unwrap_or_else(|e| panic!("test config must load: {e}\n{text}"));
         let names: Vec<String> = config.routes.iter().map(|r| r.name.clone()).collect();
-        let app = match store {
+        let mut app = match store {
             Some(store) => App::with_store(config, store).expect("gateway builds"),
             None => App::build(config).await.expect("gateway builds"),
         };
+        let admin = app.bind_admin().await.expect("bind admin");
         let routes = names
             .into_iter()
             .map(|n| {
@@ -88,6 +108,7 @@ impl TestGateway {
         }));
         TestGateway {
             addr,
+            admin,
             dir: dir.to_owned(),
             routes,
             store,

@@ -50,6 +50,58 @@ impl GatewayProcess {
         process
     }
 
+    /// Like `start`, with `extra_args` after `serve --config FILE`, `RUST_LOG=rust_log`, and
+    /// stderr written to [`stderr_path`]`(dir)` for the test to read.
+    pub fn start_logging(
+        dir: &Path,
+        routes_toml: &str,
+        extra_args: &[&str],
+        rust_log: &str,
+    ) -> GatewayProcess {
+        let addr = free_port();
+        let text = super::gateway::config_text(dir, &addr.to_string(), routes_toml);
+        let config = dir.join("fencegate.toml");
+        std::fs::write(&config, text).expect("write config");
+        let stderr = std::fs::File::create(stderr_path(dir)).expect("create stderr file");
+        let child = Command::new(binary())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(extra_args)
+            .env("RUST_LOG", rust_log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("start fencegate");
+        let mut process = GatewayProcess { child, addr };
+        process.wait_until_listening();
+        process
+    }
+
+    /// Sends SIGTERM and returns at once; see [`GatewayProcess::wait_exit`].
+    pub fn signal_terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// Waits for the process to exit on its own, panicking after `timeout`.
+    pub fn wait_exit(mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll fencegate") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fencegate did not exit within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn wait_until_listening(&mut self) {
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         while Instant::now() < deadline {
@@ -101,6 +153,11 @@ impl GatewayProcess {
             .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or_else(|| panic!("{field} not in /proc status"))
     }
+}
+
+/// Where [`GatewayProcess::start_logging`] writes the binary's stderr.
+pub fn stderr_path(dir: &Path) -> std::path::PathBuf {
+    dir.join("fencegate.stderr")
 }
 
 impl Drop for GatewayProcess {

@@ -1,0 +1,246 @@
+//! The admin listener (axum, its own address): Prometheus `/metrics`, `/healthz`, `/readyz`, and
+//! behind a bearer token the admin API — read and raise a key's mark (never lower it, I3), list
+//! routes, list intents whose outcome is unknown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::config::Compare;
+use crate::metrics::Metrics;
+use crate::route::RouteTable;
+use crate::store::{Advance, FenceStore, IntentStore, StoreTrust};
+
+/// How long an admin call waits for the store.
+const ADMIN_STORE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most intents one listing returns.
+const MAX_LISTED_INTENTS: usize = 1000;
+
+/// What the admin endpoints read.
+#[derive(Clone)]
+pub struct AdminState {
+    pub routes: Arc<RouteTable>,
+    pub store: Arc<dyn FenceStore>,
+    pub intents: Option<Arc<dyn IntentStore>>,
+    pub trust: Arc<StoreTrust>,
+    pub metrics: Arc<Metrics>,
+    pub token: Arc<str>,
+    pub probes_require_token: bool,
+}
+
+/// The admin router.
+pub fn router(state: AdminState) -> Router {
+    let admin = Router::new()
+        .route("/admin/fences/{key}", get(read_fence).put(raise_fence))
+        .route("/admin/routes", get(list_routes))
+        .route("/admin/intents", get(list_intents))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    let probes = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready));
+    let probes = if state.probes_require_token {
+        probes.route_layer(middleware::from_fn_with_state(state.clone(), require_token))
+    } else {
+        probes
+    };
+    admin.merge(probes).with_state(state)
+}
+
+async fn require_token(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    request: Request,
+    next: Next,
+) -> Response {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match presented {
+        Some(token) if constant_time_eq(token.as_bytes(), state.token.as_bytes()) => {
+            next.run(request).await
+        }
+        _ => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            Json(json!({"error": "a valid bearer token is required"})),
+        )
+            .into_response(),
+    }
+}
+
+/// Compares without an early exit, so response timing does not reveal how much of a guess matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn metrics(State(state): State<AdminState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(&state.routes),
+    )
+        .into_response()
+}
+
+/// Ready: the configuration is loaded (we are running) and the store answers and is trusted.
+async fn ready(State(state): State<AdminState>) -> Response {
+    if !state.trust.is_trusted() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store not trusted: run `fencegate store adopt`\n",
+        )
+            .into_response();
+    }
+    match tokio::time::timeout(ADMIN_STORE_TIMEOUT, state.store.identity()).await {
+        Ok(Ok(_)) => "ready\n".into_response(),
+        _ => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the store does not answer\n",
+        )
+            .into_response(),
+    }
+}
+
+async fn read_fence(State(state): State<AdminState>, Path(key): Path<String>) -> Response {
+    match tokio::time::timeout(ADMIN_STORE_TIMEOUT, state.store.current(&key)).await {
+        Ok(Ok(Some(fence))) => Json(json!({"key": key, "fence": fence})).into_response(),
+        Ok(Ok(None)) => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"key": key, "error": "no mark for this key"})),
+        )
+            .into_response(),
+        _ => store_unavailable(),
+    }
+}
+
+#[derive(Deserialize)]
+struct RaiseFence {
+    fence: u64,
+}
+
+/// Raises a key's mark; 409 when the requested fence is below it (marks never go down, I3).
+async fn raise_fence(
+    State(state): State<AdminState>,
+    Path(key): Path<String>,
+    Json(body): Json<RaiseFence>,
+) -> Response {
+    let advanced = tokio::time::timeout(
+        ADMIN_STORE_TIMEOUT,
+        state.store.advance(&key, body.fence, Compare::Monotonic),
+    )
+    .await;
+    match advanced {
+        Ok(Ok(Advance::Accepted { previous })) => {
+            tracing::info!(%key, fence = body.fence, ?previous, "mark raised through the admin API");
+            Json(json!({"key": key, "fence": body.fence, "previous": previous})).into_response()
+        }
+        Ok(Ok(Advance::Stale { current })) => (
+            StatusCode::CONFLICT,
+            Json(json!({"key": key, "fence": current, "error": "marks never go down"})),
+        )
+            .into_response(),
+        _ => store_unavailable(),
+    }
+}
+
+async fn list_routes(State(state): State<AdminState>) -> Response {
+    let routes: Vec<_> = state
+        .routes
+        .routes()
+        .map(|route| {
+            json!({
+                "name": route.name,
+                "fenced_methods": route.fenced_methods.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+                "mode": format!("{:?}", route.fence.mode).to_lowercase(),
+                "compare": format!("{:?}", route.fence.compare).to_lowercase(),
+                "ordering": format!("{:?}", route.fence.ordering).to_lowercase(),
+                "idempotency": route.idempotency.is_some(),
+            })
+        })
+        .collect();
+    Json(json!({ "routes": routes })).into_response()
+}
+
+#[derive(Deserialize)]
+struct IntentQuery {
+    #[serde(default = "default_state")]
+    state: String,
+    #[serde(default)]
+    older_than: Option<String>,
+}
+
+fn default_state() -> String {
+    "submitting".to_owned()
+}
+
+async fn list_intents(
+    State(state): State<AdminState>,
+    Query(query): Query<IntentQuery>,
+) -> Response {
+    if query.state != "submitting" {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "only state=submitting can be listed"})),
+        )
+            .into_response();
+    }
+    let age = match query
+        .older_than
+        .as_deref()
+        .map(humantime::parse_duration)
+        .transpose()
+    {
+        Ok(age) => age.unwrap_or_default(),
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({"error": format!("older_than: {e}")})),
+            )
+                .into_response()
+        }
+    };
+    let Some(intents) = &state.intents else {
+        return Json(json!({ "intents": [] })).into_response();
+    };
+    let before = crate::idempotency::now_ms()
+        .saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
+    match tokio::time::timeout(
+        ADMIN_STORE_TIMEOUT,
+        intents.list_submitting(before, MAX_LISTED_INTENTS),
+    )
+    .await
+    {
+        Ok(Ok(records)) => {
+            let now = crate::idempotency::now_ms();
+            let listed: Vec<_> = records
+                .iter()
+                .map(|r| {
+                    json!({
+                        "key": r.key, "route": r.route, "state": r.state.as_str(), "fence": r.fence,
+                        "in_flight": r.attempt.is_some() && r.attempt_expires_ms > now,
+                        "created_ms": r.created_ms, "updated_ms": r.updated_ms,
+                    })
+                })
+                .collect();
+            Json(json!({ "intents": listed })).into_response()
+        }
+        _ => store_unavailable(),
+    }
+}
+
+fn store_unavailable() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(json!({"error": "the store did not answer"})),
+    )
+        .into_response()
+}

@@ -1,0 +1,168 @@
+//! Prometheus metrics: the registry of counters, gauges and histograms the request path updates,
+//! and the text exposition for `/metrics`. Never labelled by resource key: label values come
+//! from the configuration (route names, backends) and fixed sets (outcomes, reasons, operations).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{
+    Encoder as _, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+use crate::route::RouteTable;
+use crate::stats::RouteCounters;
+
+/// Latency buckets from 100 µs to 10 s: store round trips sit at the low end, upstream calls and
+/// gate waits anywhere.
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0,
+];
+
+/// Every metric the gateway exports.
+pub struct Metrics {
+    registry: Registry,
+    pub requests: IntCounterVec,
+    pub store_duration: HistogramVec,
+    pub store_errors: IntCounterVec,
+    pub upstream_duration: HistogramVec,
+    pub gate_wait: HistogramVec,
+    pub inflight: IntGaugeVec,
+    pub reloads: IntCounterVec,
+}
+
+impl Metrics {
+    /// Creates the registry. Registration of fixed, distinct names cannot fail.
+    pub fn new() -> Arc<Metrics> {
+        let registry = Registry::new();
+        let histogram = |name: &str, help: &str, labels: &[&str]| {
+            let metric = HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+                labels,
+            )
+            .expect("valid histogram definition");
+            registry
+                .register(Box::new(metric.clone()))
+                .expect("metric names are distinct");
+            metric
+        };
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let metric = IntCounterVec::new(Opts::new(name, help), labels)
+                .expect("valid counter definition");
+            registry
+                .register(Box::new(metric.clone()))
+                .expect("metric names are distinct");
+            metric
+        };
+        let inflight = IntGaugeVec::new(
+            Opts::new(
+                "fencegate_inflight_requests",
+                "Requests being handled, per route.",
+            ),
+            &["route"],
+        )
+        .expect("valid gauge definition");
+        registry
+            .register(Box::new(inflight.clone()))
+            .expect("metric names are distinct");
+        let build_info = IntGaugeVec::new(
+            Opts::new("fencegate_build_info", "The running build; always 1."),
+            &["version"],
+        )
+        .expect("valid gauge definition");
+        registry
+            .register(Box::new(build_info.clone()))
+            .expect("metric names are distinct");
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        Arc::new(Metrics {
+            requests: counter(
+                "fencegate_requests_total",
+                "Requests answered, per route and outcome (forwarded, replayed, refused, failed).",
+                &["route", "outcome"],
+            ),
+            store_duration: histogram(
+                "fencegate_store_operation_duration_seconds",
+                "Time of fence-store operations.",
+                &["backend", "op"],
+            ),
+            store_errors: counter(
+                "fencegate_store_errors_total",
+                "Fence-store operations that failed or timed out.",
+                &["backend"],
+            ),
+            upstream_duration: histogram(
+                "fencegate_upstream_request_duration_seconds",
+                "Time from forwarding a request to the upstream's response head.",
+                &["route"],
+            ),
+            gate_wait: histogram(
+                "fencegate_gate_wait_duration_seconds",
+                "Time a serialized write waited for its key's earlier writes.",
+                &["route"],
+            ),
+            reloads: counter(
+                "fencegate_config_reloads_total",
+                "Configuration reloads, by result (ok, error).",
+                &["result"],
+            ),
+            inflight,
+            registry,
+        })
+    }
+
+    pub fn observe_store(&self, backend: &str, op: &str, took: Duration) {
+        self.store_duration
+            .with_label_values(&[backend, op])
+            .observe(took.as_secs_f64());
+    }
+
+    /// The Prometheus text exposition: the registry plus the per-route fence counters.
+    pub fn render(&self, routes: &RouteTable) -> String {
+        let mut buffer = Vec::new();
+        // Encoding a registry of valid metrics into memory cannot fail.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buffer);
+        let mut text = String::from_utf8(buffer).unwrap_or_default();
+        render_route_counters(&mut text, routes);
+        text
+    }
+}
+
+/// `fencegate_fence_rejections_total{route,reason}` and `fencegate_fence_advances_total{route}`,
+/// read from the per-route atomics the fence layer keeps.
+fn render_route_counters(text: &mut String, routes: &RouteTable) {
+    text.push_str("# HELP fencegate_fence_rejections_total Fenced requests refused (or, in observe mode, that would have been), per route and reason.\n");
+    text.push_str("# TYPE fencegate_fence_rejections_total counter\n");
+    for route in routes.routes() {
+        let counters = &route.counters;
+        for (reason, counter) in [
+            ("stale", &counters.stale),
+            ("missing", &counters.missing),
+            ("invalid", &counters.invalid),
+        ] {
+            text.push_str(&format!(
+                "fencegate_fence_rejections_total{{route=\"{}\",reason=\"{reason}\"}} {}\n",
+                escape_label(&route.name),
+                RouteCounters::read(counter)
+            ));
+        }
+    }
+    text.push_str("# HELP fencegate_fence_advances_total Accepted tokens that raised a key's mark: new generations, i.e. owner churn.\n");
+    text.push_str("# TYPE fencegate_fence_advances_total counter\n");
+    for route in routes.routes() {
+        text.push_str(&format!(
+            "fencegate_fence_advances_total{{route=\"{}\"}} {}\n",
+            escape_label(&route.name),
+            RouteCounters::read(&route.counters.advanced)
+        ));
+    }
+}
+
+/// Escapes a label value for the text format (backslash, double quote, newline).
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}

@@ -21,6 +21,8 @@ fn shipped_example_configs_are_valid() {
         "config/docker.toml",
         "config/postgres.toml",
         "config/redis.toml",
+        "deploy/fencegate-replica-1.toml",
+        "deploy/fencegate-replica-2.toml",
     ] {
         let path = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
         let output = fencegate(&["check-config", &path]);

@@ -1,6 +1,6 @@
 //! The admin listener (axum, its own address): Prometheus `/metrics`, `/healthz`, `/readyz`, and
 //! behind a bearer token the admin API — read and raise a key's mark (never lower it, I3), list
-//! routes, list intents whose outcome is unknown.
+//! routes, list intents whose outcome is unknown, reload the routes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::config::Compare;
 use crate::metrics::Metrics;
-use crate::route::RouteTable;
+use crate::reload::{Reloader, RouteSource};
 use crate::store::{Advance, FenceStore, IntentStore, StoreTrust};
 
 /// How long an admin call waits for the store.
@@ -27,7 +27,8 @@ const MAX_LISTED_INTENTS: usize = 1000;
 /// What the admin endpoints read.
 #[derive(Clone)]
 pub struct AdminState {
-    pub routes: Arc<RouteTable>,
+    pub routes: Arc<RouteSource>,
+    pub reloader: Arc<Reloader>,
     pub store: Arc<dyn FenceStore>,
     pub intents: Option<Arc<dyn IntentStore>>,
     pub trust: Arc<StoreTrust>,
@@ -42,6 +43,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/fences/{key}", get(read_fence).put(raise_fence))
         .route("/admin/routes", get(list_routes))
         .route("/admin/intents", get(list_intents))
+        .route("/admin/reload", axum::routing::post(reload))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let probes = Router::new()
         .route("/metrics", get(metrics))
@@ -86,7 +88,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 async fn metrics(State(state): State<AdminState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(&state.routes),
+        state.metrics.render(&state.routes.current()),
     )
         .into_response()
 }
@@ -153,8 +155,8 @@ async fn raise_fence(
 }
 
 async fn list_routes(State(state): State<AdminState>) -> Response {
-    let routes: Vec<_> = state
-        .routes
+    let table = state.routes.current();
+    let routes: Vec<_> = table
         .routes()
         .map(|route| {
             json!({
@@ -234,6 +236,19 @@ async fn list_intents(
             Json(json!({ "intents": listed })).into_response()
         }
         _ => store_unavailable(),
+    }
+}
+
+/// Reloads the routes from the configuration file; 400 with the reason when the file is invalid
+/// (the previous routes stay in force).
+async fn reload(State(state): State<AdminState>) -> Response {
+    match state.reloader.reload() {
+        Ok(report) => Json(json!({"reloaded": true, "routes": report.routes})).into_response(),
+        Err(error) => (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"reloaded": false, "error": error})),
+        )
+            .into_response(),
     }
 }
 

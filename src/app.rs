@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::gate::Gates;
 use crate::gateway::Gateway;
 use crate::metrics::Metrics;
+use crate::reload::{Reloader, RouteSource};
 use crate::route::{CompiledRoute, RouteError, RouteTable};
 use crate::store::intents::NoIntentStore;
 use crate::store::{
@@ -37,7 +38,9 @@ pub enum StartError {
 /// A gateway ready to serve: its store is open and checked, its routes compiled.
 pub struct App {
     config: Config,
-    routes: Arc<RouteTable>,
+    routes: Arc<RouteSource>,
+    /// The file the configuration came from, for reloads.
+    config_path: Option<std::path::PathBuf>,
     backend: Arc<dyn FenceStore>,
     store: Arc<dyn FenceStore>,
     cache: Arc<MarkCache>,
@@ -107,7 +110,8 @@ impl App {
         ));
         App {
             config,
-            routes: Arc::new(routes),
+            routes: Arc::new(RouteSource::new(routes)),
+            config_path: None,
             backend,
             store,
             cache,
@@ -121,7 +125,7 @@ impl App {
 
     /// A compiled route, for reading its counters.
     pub fn route(&self, name: &str) -> Option<Arc<CompiledRoute>> {
-        self.routes.get(name).cloned()
+        self.routes.current().get(name).cloned()
     }
 
     /// The store as the gateway uses it (behind the cache and the trust check).
@@ -137,6 +141,20 @@ impl App {
     /// Whether the gateway currently trusts its store.
     pub fn trust(&self) -> Arc<StoreTrust> {
         Arc::clone(&self.trust)
+    }
+
+    /// Records the file the configuration came from, so that reloads re-read it.
+    pub fn set_config_path(&mut self, path: &std::path::Path) {
+        self.config_path = Some(path.to_owned());
+    }
+
+    /// The reloader of this gateway's routes (for SIGHUP and the admin endpoint).
+    pub fn reloader(&self) -> Arc<Reloader> {
+        Arc::new(Reloader::new(
+            self.config_path.clone(),
+            Arc::clone(&self.routes),
+            Arc::clone(&self.metrics),
+        ))
     }
 
     /// The metrics registry.
@@ -175,6 +193,7 @@ impl App {
         }
         let state = crate::admin::AdminState {
             routes: Arc::clone(&self.routes),
+            reloader: self.reloader(),
             store: Arc::clone(&self.store),
             intents: self.intents.clone(),
             trust: Arc::clone(&self.trust),

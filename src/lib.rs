@@ -22,6 +22,7 @@
 //! - [`error`] and [`problem`]: every failure as a typed error, answered as RFC 9457 problem details.
 //! - [`stats`]: per-route counters of fence outcomes.
 //! - [`metrics`]: the Prometheus registry and its text exposition.
+//! - [`reload`]: the route table in force, swapped atomically on SIGHUP or `POST /admin/reload`.
 //! - [`admin`]: the admin listener — metrics, health, marks, routes, intents.
 //! - [`app`]: wiring — opens the store, compiles routes, serves until shutdown.
 #![forbid(unsafe_code)]
@@ -37,6 +38,7 @@ pub mod idempotency;
 pub mod metrics;
 pub mod problem;
 pub mod proxy;
+pub mod reload;
 pub mod request_id;
 pub mod route;
 pub mod server;

@@ -275,7 +275,7 @@ fn serve(path: &Path) -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let app = match fencegate::App::build(config).await {
+        let mut app = match fencegate::App::build(config).await {
             Ok(app) => app,
             Err(e) => {
                 tracing::error!("{e}");
@@ -289,9 +289,31 @@ fn serve(path: &Path) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        app.set_config_path(path);
+        let reloads = tokio::spawn(reload_on_sighup(app.reloader()));
         app.serve(listener, shutdown_signal()).await;
+        reloads.abort();
         ExitCode::SUCCESS
     })
+}
+
+/// Reloads the routes on every SIGHUP (the reloader logs and counts each outcome).
+async fn reload_on_sighup(reloader: std::sync::Arc<fencegate::reload::Reloader>) {
+    #[cfg(unix)]
+    {
+        let Ok(mut hangups) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            tracing::warn!("cannot listen for SIGHUP; reload through the admin API instead");
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            tracing::info!("SIGHUP received: reloading the configuration");
+            let _ = reloader.reload();
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = reloader;
 }
 
 /// Resolves on SIGINT (ctrl-c) or SIGTERM.

@@ -22,8 +22,9 @@ use crate::gate::{Gate, GateLayer, Gates};
 use crate::idempotency::{Idempotency, IdempotencyLayer};
 use crate::metrics::Metrics;
 use crate::proxy::{Proxy, ProxyBody, RequestBody};
+use crate::reload::RouteSource;
 use crate::request_id::{assign_request_id, stamp_request_id};
-use crate::route::{RouteTable, RESERVED_PREFIX};
+use crate::route::RESERVED_PREFIX;
 use crate::store::{FenceStore, IntentStore};
 
 type RoutedStack = Routing<Fence<Idempotency<Gate<Proxy>>>>;
@@ -37,7 +38,7 @@ pub struct Gateway {
 
 impl Gateway {
     pub fn new(
-        routes: Arc<RouteTable>,
+        routes: Arc<RouteSource>,
         store: Arc<dyn FenceStore>,
         intents: Arc<dyn IntentStore>,
         gates: Gates,

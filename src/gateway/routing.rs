@@ -12,16 +12,16 @@ use tower::{Layer, Service};
 use crate::error::{GatewayError, Origin};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, RequestBody};
-use crate::route::RouteTable;
+use crate::reload::RouteSource;
 
 #[derive(Clone)]
 pub struct RoutingLayer {
-    routes: Arc<RouteTable>,
+    routes: Arc<RouteSource>,
     metrics: Arc<Metrics>,
 }
 
 impl RoutingLayer {
-    pub fn new(routes: Arc<RouteTable>, metrics: Arc<Metrics>) -> RoutingLayer {
+    pub fn new(routes: Arc<RouteSource>, metrics: Arc<Metrics>) -> RoutingLayer {
         RoutingLayer { routes, metrics }
     }
 }
@@ -40,7 +40,7 @@ impl<S> Layer<S> for RoutingLayer {
 
 #[derive(Clone)]
 pub struct Routing<S> {
-    routes: Arc<RouteTable>,
+    routes: Arc<RouteSource>,
     metrics: Arc<Metrics>,
     inner: S,
 }
@@ -68,7 +68,8 @@ where
                 .inc();
             return future::ready(Err(GatewayError::DotSegment)).boxed();
         }
-        match self.routes.find(path) {
+        // New requests match the table in force; the match keeps its route alive to the end.
+        match self.routes.current().find(path) {
             Some(routed) => {
                 let route = routed.route.name.clone();
                 request.extensions_mut().insert(routed);

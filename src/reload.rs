@@ -1,0 +1,90 @@
+//! Reloading routes without a restart: the current route table sits behind a lock held only to
+//! clone an `Arc`, and the reloader re-reads the file, validates it whole and swaps the table in
+//! one step. In-flight requests finish on the route they matched; an invalid file changes nothing.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use crate::config::load_file;
+use crate::metrics::Metrics;
+use crate::route::RouteTable;
+
+/// The route table new requests are matched against.
+pub struct RouteSource {
+    current: RwLock<Arc<RouteTable>>,
+}
+
+impl RouteSource {
+    pub fn new(table: RouteTable) -> RouteSource {
+        RouteSource {
+            current: RwLock::new(Arc::new(table)),
+        }
+    }
+
+    /// The table in force (a poisoned lock still holds a complete table: swaps are one store).
+    pub fn current(&self) -> Arc<RouteTable> {
+        match self.current.read() {
+            Ok(table) => Arc::clone(&table),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    fn replace(&self, table: RouteTable) {
+        let table = Arc::new(table);
+        match self.current.write() {
+            Ok(mut current) => *current = table,
+            Err(poisoned) => *poisoned.into_inner() = table,
+        }
+    }
+}
+
+/// What a successful reload applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReloadReport {
+    pub routes: usize,
+}
+
+/// Re-reads the configuration file and swaps in its routes. Only `[[routes]]` are reloaded;
+/// changes to `[server]`, `[store]` and `[admin]` need a restart.
+pub struct Reloader {
+    path: Option<PathBuf>,
+    routes: Arc<RouteSource>,
+    metrics: Arc<Metrics>,
+}
+
+impl Reloader {
+    pub fn new(path: Option<PathBuf>, routes: Arc<RouteSource>, metrics: Arc<Metrics>) -> Reloader {
+        Reloader {
+            path,
+            routes,
+            metrics,
+        }
+    }
+
+    /// Reloads; `Err` says why the old routes stay in force.
+    pub fn reload(&self) -> Result<ReloadReport, String> {
+        let outcome = self.try_reload();
+        let label = if outcome.is_ok() { "ok" } else { "error" };
+        self.metrics.reloads.with_label_values(&[label]).inc();
+        match &outcome {
+            Ok(report) => tracing::info!(routes = report.routes, "configuration reloaded"),
+            Err(error) => {
+                tracing::error!(%error, "reload failed; the previous configuration stays in force")
+            }
+        }
+        outcome
+    }
+
+    fn try_reload(&self) -> Result<ReloadReport, String> {
+        let path = self
+            .path
+            .as_ref()
+            .ok_or("this gateway was not started from a configuration file")?;
+        let config = load_file(path).map_err(|e| e.to_string())?;
+        let table = RouteTable::compile(&config.routes)
+            .map_err(|e| format!("route {}: field `{}`: {}", e.route, e.field, e.message))?;
+        let routes = config.routes.len();
+        self.routes.replace(table);
+        Ok(ReloadReport { routes })
+    }
+}

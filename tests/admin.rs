@@ -271,3 +271,24 @@ async fn intents_are_listed_for_reconciliation() {
         400
     );
 }
+
+#[tokio::test]
+async fn probes_can_require_the_token_too() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let admin = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\nprobes_require_token = true\n\n"
+    );
+    let gw = TestGateway::start_with_admin_toml(
+        &fenced_route("inv", &upstream.url(), "enforce", "monotonic"),
+        &admin,
+    )
+    .await;
+    for probe in ["/metrics", "/healthz", "/readyz"] {
+        assert_eq!(
+            send("GET", &gw.admin_url(probe), &[], "").await.status,
+            401,
+            "{probe}"
+        );
+        assert_eq!(admin_get(&gw, probe).await.status, 200, "{probe}");
+    }
+}

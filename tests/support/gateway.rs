@@ -48,8 +48,13 @@ impl TestGateway {
 
     /// Starts a gateway with an admin listener (bearer `token`) on a fresh embedded store.
     pub async fn start_with_admin(routes_toml: &str, token: &str) -> TestGateway {
-        let temp = tempfile::tempdir().expect("temp dir");
         let admin = format!("[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{token}\"\n\n");
+        TestGateway::start_with_admin_toml(routes_toml, &admin).await
+    }
+
+    /// Starts a gateway with the given `[admin]` table (which must listen on `127.0.0.1:0`).
+    pub async fn start_with_admin_toml(routes_toml: &str, admin: &str) -> TestGateway {
+        let temp = tempfile::tempdir().expect("temp dir");
         let text = format!(
             "{}{admin}",
             config_text(temp.path(), "127.0.0.1:0", routes_toml)

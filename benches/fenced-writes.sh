@@ -3,7 +3,8 @@
 # side with a gateway's passthrough route (mode = "off") and the upstream called directly, in one run.
 #
 #   benches/fenced-writes.sh            # 5 rounds of 10 s per path, c=64 (ROUNDS, SECS, CONNS, KEYS)
-#   PATHS="..." benches/fenced-writes.sh  # other paths: direct, passthrough, fenced-BACKEND,
+#   PATHS="..." benches/fenced-writes.sh  # other paths: direct, nginx (proxy_pass reference),
+#                                         # passthrough, fenced-BACKEND,
 #                                         # idem-BACKEND (idempotent writes, unique keys), and
 #                                         # SHAPE-ORDERING-BACKEND with SHAPE = spread | hot (one key),
 #                                         # ORDERING = serialize | none (benches/ordering.sh uses these)
@@ -24,6 +25,7 @@ SECS=${SECS:-10}
 CONNS=${CONNS:-64}
 KEYS=${KEYS:-10000}
 UPSTREAM_PORT=${UPSTREAM_PORT:-19000}
+NGINX_PROXY_PORT=${NGINX_PROXY_PORT:-19001}
 GATEWAY_PORT=${GATEWAY_PORT:-18080}
 BACKENDS=${BACKENDS:-"embedded postgres redis"}
 PATHS=${PATHS:-"direct passthrough $(for b in $BACKENDS; do printf 'fenced-%s ' "$b"; done)"}
@@ -57,6 +59,19 @@ http {
   server {
     listen 127.0.0.1:$UPSTREAM_PORT;
     location / { return 200 "ok"; }
+  }
+  # The reference proxy: nginx proxy_pass with upstream keep-alive, in front of the same upstream.
+  upstream origin {
+    server 127.0.0.1:$UPSTREAM_PORT;
+    keepalive 256;
+  }
+  server {
+    listen 127.0.0.1:$NGINX_PROXY_PORT;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
   }
 }
 NGINX
@@ -175,6 +190,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for path in $paths; do
     case $path in
       direct) line=$(run "http://127.0.0.1:$UPSTREAM_PORT/plain/1" "$work/plain.lua") ;;
+      nginx) line=$(run "http://127.0.0.1:$NGINX_PROXY_PORT/plain/1" "$work/plain.lua") ;;
       passthrough) line=$(run "http://127.0.0.1:${port[$first_backend]}/plain/1" "$work/plain.lua") ;;
       fenced-*) line=$(run "http://127.0.0.1:${port[${path#fenced-}]}/invoices/1" "$work/advance.lua") ;;
       idem-*) line=$(run "http://127.0.0.1:${port[${path#idem-}]}/payouts/1" "$work/unique.lua") ;;

@@ -6,35 +6,13 @@ use std::collections::HashMap;
 
 use redis::{Cmd, RedisError, Script, Value};
 
-use super::script::{server_answer, unexpected};
+use super::script::{server_answer, unexpected, DECIMAL_ORDER};
 use super::{wrap, Command, RedisStore};
 use crate::store::intents::{
     decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
     StoredOutcome,
 };
 use crate::store::{StoreError, StoreFuture};
-
-/// Orders u64 decimal strings as `ADVANCE_SCRIPT` does (Lua numbers are doubles and cannot hold
-/// every u64): leading zeros dropped, then shorter is smaller, then digit by digit.
-const DECIMAL_ORDER: &str = r"
-local function canonical(s)
-  return string.match(s, '^0*(%d+)$')
-end
-local function order(a, b)
-  if #a ~= #b then
-    if #a < #b then return -1 end
-    return 1
-  end
-  for i = 1, #a do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then
-      if x < y then return -1 end
-      return 1
-    end
-  end
-  return 0
-end
-";
 
 /// `decide_begin` in Lua, run after [`DECIMAL_ORDER`]. Times are milliseconds, exact in doubles.
 const BEGIN_BODY: &str = r"

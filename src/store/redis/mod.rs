@@ -17,9 +17,7 @@ use super::{new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIde
 use crate::config::{Compare, RedisStoreConfig, DEFAULT_STORE_TIMEOUT};
 use durability::{judge_durability, read_persistence, Durability};
 use intents::IntentScripts;
-use script::{
-    compare_arg, is_noscript, read_advance, read_identity, read_mark, unexpected, ADVANCE_SCRIPT,
-};
+use script::{compare_arg, is_noscript, read_advance, read_identity, read_mark, unexpected};
 
 const BACKEND: &str = "redis";
 /// Requests that may queue for the writer before callers wait (their store timeout still runs).
@@ -84,7 +82,7 @@ impl RedisStore {
                 CONNECT_TIMEOUT.as_secs()
             ))
         })?;
-        let script = Script::new(ADVANCE_SCRIPT);
+        let script = Script::new(&script::advance_script());
         let intent_scripts = IntentScripts::new();
         load_scripts(&mut connection, &script, &intent_scripts)
             .await

@@ -10,9 +10,13 @@ use crate::store::{decide, Advance, StoreIdentity};
 /// Compare-and-set of one mark. Lua numbers are doubles and cannot hold every u64, so marks and
 /// tokens are compared as decimal strings: leading zeros dropped, then shorter is smaller, then
 /// digit by digit. Writes only when the mark grows, so an equal `monotonic` token costs no write.
-pub(super) const ADVANCE_SCRIPT: &str = r"
--- KEYS[1]: the mark; ARGV[1]: the token (decimal u64); ARGV[2]: 'monotonic' or 'strict'.
--- Returns {1, previous mark or nil} when the token passes, {0, current mark} when it is stale.
+pub(super) fn advance_script() -> String {
+    format!("{DECIMAL_ORDER}{ADVANCE_BODY}")
+}
+
+/// Orders u64 decimal strings (shared by every script that compares fences): leading zeros
+/// dropped, then shorter is smaller, then digit by digit.
+pub(super) const DECIMAL_ORDER: &str = r"
 local function canonical(s)
   return string.match(s, '^0*(%d+)$')
 end
@@ -30,6 +34,12 @@ local function order(a, b)
   end
   return 0
 end
+";
+
+/// The advance itself, run after [`DECIMAL_ORDER`].
+const ADVANCE_BODY: &str = r"
+-- KEYS[1]: the mark; ARGV[1]: the token (decimal u64); ARGV[2]: 'monotonic' or 'strict'.
+-- Returns {1, previous mark or nil} when the token passes, {0, current mark} when it is stale.
 local token = canonical(ARGV[1])
 if not token then
   return redis.error_reply('ERR fencegate: the token is not a decimal number')

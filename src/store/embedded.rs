@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::embedded_intents::{self, IntentCommand};
 use super::intents::{BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome};
+use super::mailbox;
 use super::{decide, new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use crate::config::Compare;
 
@@ -111,12 +112,7 @@ impl EmbeddedStore {
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
     ) -> Result<T, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(make(reply))
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
+        mailbox::ask(&self.commands, make).await
     }
 
     async fn intent<T>(
@@ -149,10 +145,7 @@ impl FenceStore for EmbeddedStore {
 
     fn close(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            let (reply, done) = oneshot::channel();
-            if self.commands.send(Command::Close { reply }).await.is_ok() {
-                let _ = done.await;
-            }
+            mailbox::close(&self.commands, |reply| Command::Close { reply }).await;
             Ok(())
         })
     }

@@ -8,6 +8,7 @@ mod embedded;
 mod embedded_intents;
 mod intent_rows;
 pub mod intents;
+mod mailbox;
 mod postgres;
 mod postgres_intents;
 mod redis;

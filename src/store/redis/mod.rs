@@ -13,6 +13,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, RedisError, Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use super::mailbox;
 use super::{new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use crate::config::{Compare, RedisStoreConfig, DEFAULT_STORE_TIMEOUT};
 use durability::{judge_durability, read_persistence, Durability};
@@ -120,12 +121,7 @@ impl RedisStore {
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
     ) -> Result<T, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(make(reply))
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
+        mailbox::ask(&self.commands, make).await
     }
 }
 
@@ -151,10 +147,7 @@ impl FenceStore for RedisStore {
 
     fn close(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            let (reply, done) = oneshot::channel();
-            if self.commands.send(Command::Close { reply }).await.is_ok() {
-                let _ = done.await;
-            }
+            mailbox::close(&self.commands, |reply| Command::Close { reply }).await;
             Ok(())
         })
     }

@@ -42,16 +42,20 @@ work=$(mktemp -d)
 gateway_pids=()
 cleanup() {
   for pid in "${gateway_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  for pidfile in "$work/nginx.pid" "$work/upstream.pid"; do
+    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
+  done
+  [ -n "${PGBENCH_SCHEMA:-}" ] && psql -q -h 127.0.0.1 -U postgres -d test -c "DROP SCHEMA IF EXISTS $PGBENCH_SCHEMA CASCADE" >/dev/null 2>&1 || true
   redis-cli --scan --pattern "${REDIS_PREFIX}*" 2>/dev/null | xargs -r -n 500 redis-cli del >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-cat > "$work/nginx.conf" <<NGINX
+# Two nginx instances, so the reference proxy's CPU time can be read apart from the upstream's.
+cat > "$work/upstream.conf" <<NGINX
 worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/nginx-error.log;
+pid $work/upstream.pid;
+error_log $work/upstream-error.log;
 events { worker_connections 4096; }
 http {
   access_log off;
@@ -60,7 +64,18 @@ http {
     listen 127.0.0.1:$UPSTREAM_PORT;
     location / { return 200 "ok"; }
   }
-  # The reference proxy: nginx proxy_pass with upstream keep-alive, in front of the same upstream.
+}
+NGINX
+# The reference proxy: nginx proxy_pass with upstream keep-alive, in front of the same upstream,
+# with as many workers as fencegate has runtime threads (one per core).
+cat > "$work/nginx.conf" <<NGINX
+worker_processes ${NGINX_WORKERS:-auto};
+pid $work/nginx.pid;
+error_log $work/nginx-error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
   upstream origin {
     server 127.0.0.1:$UPSTREAM_PORT;
     keepalive 256;
@@ -75,6 +90,7 @@ http {
   }
 }
 NGINX
+nginx -c "$work/upstream.conf"
 nginx -c "$work/nginx.conf"
 
 store_table() {
@@ -86,7 +102,7 @@ store_table() {
 }
 
 cargo build --release --locked --quiet --bin fencegate
-declare -A port
+declare -A port gateway_pid
 next_port=$GATEWAY_PORT
 for backend in $BACKENDS; do
   port[$backend]=$next_port
@@ -125,9 +141,22 @@ mode = "off"
 TOML
   RUST_LOG=error target/release/fencegate serve --config "$work/$backend.toml" &
   gateway_pids+=($!)
+  gateway_pid[$backend]=$!
   for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/${port[$backend]}") 2>/dev/null && break; sleep 0.1; done
 done
 first_backend=${BACKENDS%% *}
+
+# The stale paths' keys get a mark far above the token their requests carry (a claim, which
+# also puts the mark in the gateway's cache).
+for backend in $BACKENDS; do
+  case " $PATHS " in
+    *" stale-$backend "*)
+      for i in $(seq 0 99); do
+        curl -fsS -o /dev/null -X POST -H "X-Fence: 1000000000000" \
+          "http://127.0.0.1:${port[$backend]}/_fencegate/claim/invoice:stale-$i"
+      done ;;
+  esac
+done
 
 cat > "$work/advance.lua" <<'LUA'
 local n = 0
@@ -159,6 +188,16 @@ local prefix = os.getenv("PREFIX")
 request = function() return wrk.format("POST", prefix .. "hot", { ["X-Fence"] = token }, "") end
 done = function(summary) io.write(string.format("non2xx %d\n", summary.errors.status)) end
 LUA
+# Stale writes: every request carries token 1 for a key whose mark is far above it (claimed
+# below), so the cache refuses it with 409 and nothing goes to the store or the upstream.
+cat > "$work/stale.lua" <<'LUA'
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format("POST", "/invoices/stale-" .. (n % 100), { ["X-Fence"] = "1" }, "")
+end
+done = function(summary) io.write(string.format("non2xx %d\n", summary.errors.status)) end
+LUA
 cat > "$work/plain.lua" <<'LUA'
 local n = 0
 request = function() n = n + 1; return wrk.format("POST", "/plain/" .. (n % 10000), {}, "") end
@@ -168,17 +207,60 @@ LUA
 # wrk prints latencies as 850.00us, 1.20ms or 1.01s; convert to microseconds.
 to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v+0} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v*1000} else {sub(/s$/,"",v); print v*1000000}}'; }
 
-# One wrk run; prints "req/s p50_us p99_us non2xx".
+# CPU time (user + system, in clock ticks) used so far by the processes $CPU_PIDS, threads included.
+cpu_ticks() {
+  local total=0 pid
+  for pid in $CPU_PIDS; do
+    total=$(( total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
+  done
+  echo "$total"
+}
+TICK_US=$(( 1000000 / $(getconf CLK_TCK) ))
+
+# One wrk run; prints "req/s p50_us p99_us non2xx cpu_us_per_request" (the last is "-" unless
+# CPU_PIDS names the process under test).
 run() {
   local url=$1 script=$2 prefix=${3:-/invoices/}
-  local out
+  local out before after
+  before=$(cpu_ticks)
   out=$(BASE=$(( $(date +%s%N) / 1000 )) KEYS=$KEYS PREFIX=$prefix wrk -t1 -c"$CONNS" -d"${SECS}s" --latency -s "$script" "$url")
-  local rps p50 p99 bad
+  after=$(cpu_ticks)
+  local rps p50 p99 bad requests cpu=-
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out" | to_us)
   p99=$(awk '$1=="99%" {print $2}' <<<"$out" | to_us)
   bad=$(awk '/^non2xx/ {print $2}' <<<"$out")
-  echo "$rps $p50 $p99 $bad"
+  requests=$(awk '/requests in/ {print $1}' <<<"$out")
+  if [ -n "${CPU_PIDS:-}" ] && [ "${requests:-0}" -gt 0 ]; then
+    cpu=$(awk -v t=$(( (after - before) * TICK_US )) -v n="$requests" 'BEGIN {printf "%.1f", t / n}')
+  fi
+  echo "$rps $p50 $p99 $bad $cpu"
+}
+
+# The reference for PostgreSQL: one `INSERT ... ON CONFLICT ... DO UPDATE ... WHERE` per
+# transaction, straight from pgbench at the same concurrency (no HTTP at all); prints a line in
+# run()'s format (latencies from pgbench's average, non2xx 0).
+PGBENCH_SCHEMA=""
+pgbench_upserts() {
+  if [ -z "$PGBENCH_SCHEMA" ]; then
+    PGBENCH_SCHEMA=fencegate_pgbench
+    psql -q -h 127.0.0.1 -U postgres -d test <<SQL >/dev/null
+SET client_min_messages = warning;
+DROP SCHEMA IF EXISTS $PGBENCH_SCHEMA CASCADE;
+CREATE SCHEMA $PGBENCH_SCHEMA;
+CREATE TABLE $PGBENCH_SCHEMA.marks (key text PRIMARY KEY, mark numeric(20, 0) NOT NULL);
+SQL
+    cat > "$work/upsert.sql" <<SQL
+\\set k random(0, $((KEYS - 1)))
+INSERT INTO $PGBENCH_SCHEMA.marks AS m (key, mark) VALUES ('invoice:' || :k, (extract(epoch from clock_timestamp()) * 1000000)::bigint)
+  ON CONFLICT (key) DO UPDATE SET mark = excluded.mark WHERE m.mark <= excluded.mark RETURNING m.mark;
+SQL
+  fi
+  local out tps lat
+  out=$(pgbench -h 127.0.0.1 -U postgres -n -c "$CONNS" -j 1 -T "$SECS" -f "$work/upsert.sql" test 2>&1)
+  tps=$(awk '/^tps/ {print $3}' <<<"$out")
+  lat=$(awk '/latency average/ {print $4 * 1000}' <<<"$out")
+  echo "$tps $lat - 0 -"
 }
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -188,19 +270,32 @@ paths=$PATHS
 declare -A results
 for round in $(seq 1 "$ROUNDS"); do
   for path in $paths; do
+    CPU_PIDS=""
     case $path in
       direct) line=$(run "http://127.0.0.1:$UPSTREAM_PORT/plain/1" "$work/plain.lua") ;;
-      nginx) line=$(run "http://127.0.0.1:$NGINX_PROXY_PORT/plain/1" "$work/plain.lua") ;;
-      passthrough) line=$(run "http://127.0.0.1:${port[$first_backend]}/plain/1" "$work/plain.lua") ;;
-      fenced-*) line=$(run "http://127.0.0.1:${port[${path#fenced-}]}/invoices/1" "$work/advance.lua") ;;
-      idem-*) line=$(run "http://127.0.0.1:${port[${path#idem-}]}/payouts/1" "$work/unique.lua") ;;
+      nginx)
+        CPU_PIDS="$(cat "$work/nginx.pid") $(pgrep -P "$(cat "$work/nginx.pid")" | tr '\n' ' ')"
+        line=$(run "http://127.0.0.1:$NGINX_PROXY_PORT/plain/1" "$work/plain.lua") ;;
+      passthrough)
+        CPU_PIDS=${gateway_pid[$first_backend]}
+        line=$(run "http://127.0.0.1:${port[$first_backend]}/plain/1" "$work/plain.lua") ;;
+      pgbench-upsert) line=$(pgbench_upserts) ;;
+      fenced-*)
+        CPU_PIDS=${gateway_pid[${path#fenced-}]}
+        line=$(run "http://127.0.0.1:${port[${path#fenced-}]}/invoices/1" "$work/advance.lua") ;;
+      stale-*)
+        CPU_PIDS=${gateway_pid[${path#stale-}]}
+        line=$(run "http://127.0.0.1:${port[${path#stale-}]}/invoices/1" "$work/stale.lua") ;;
+      idem-*)
+        CPU_PIDS=${gateway_pid[${path#idem-}]}
+        line=$(run "http://127.0.0.1:${port[${path#idem-}]}/payouts/1" "$work/unique.lua") ;;
       *-*-*)
         IFS=- read -r shape ordering backend <<<"$path"
         prefix=/invoices/
         [ "$ordering" = none ] && prefix=/unordered/
         line=$(run "http://127.0.0.1:${port[$backend]}$prefix" "$work/$( [ "$shape" = hot ] && echo hot || echo advance ).lua" "$prefix") ;;
     esac
-    echo "round $round $path: req/s p50_us p99_us non2xx = $line" >&2
+    echo "round $round $path: req/s p50_us p99_us non2xx cpu_us = $line" >&2
     results[$path]+="$line"$'\n'
   done
 done
@@ -208,8 +303,8 @@ done
 echo
 echo "wrk -t1 -c$CONNS, ${SECS}s per run, median of $ROUNDS rounds (paths alternate within each round)"
 echo
-echo "| path | req/s | × passthrough | p50 (µs) | p99 (µs) | non-2xx (all runs) |"
-echo "|---|---|---|---|---|---|"
+echo "| path | req/s | × passthrough | p50 (µs) | p99 (µs) | non-2xx (all runs) | CPU µs/request |"
+echo "|---|---|---|---|---|---|---|"
 base=$(awk 'NF {print $1}' <<<"${results[passthrough]:-}" | median)
 base=${base:-0}
 for path in $paths; do
@@ -218,6 +313,7 @@ for path in $paths; do
   p50=$(awk 'NF {print $2}' <<<"$rows" | median)
   p99=$(awk 'NF {print $3}' <<<"$rows" | median)
   bad=$(awk 'NF {s+=$4} END {print s+0}' <<<"$rows")
+  cpu=$(awk 'NF && $5 != "-" {print $5}' <<<"$rows" | median)
   ratio=$(awk -v a="$rps" -v b="$base" 'BEGIN {if (b > 0) printf "%.2f", a / b; else printf "-"}')
-  echo "| $path | $rps | $ratio | $p50 | $p99 | $bad |"
+  echo "| $path | $rps | $ratio | $p50 | $p99 | $bad | ${cpu:--} |"
 done

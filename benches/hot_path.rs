@@ -12,14 +12,14 @@
 //! `cargo test --all-targets` runs each benchmark once as a smoke test.
 
 use std::hint::black_box;
-use std::net::SocketAddr;
+use std::net::IpAddr;
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use fencegate::config::Compare;
 use fencegate::fence::{parse_fence_token, read_fence_header};
 use fencegate::proxy::{
-    append_forwarded_headers, append_via, strip_hop_by_hop_headers, ForwardedFor,
+    append_forwarded_headers, append_via, strip_hop_by_hop_headers, ClientNode, ForwardedFor,
 };
 use fencegate::route::{KeyTemplate, PathPattern, RequestParts, RouteTable};
 use fencegate::store::MarkCache;
@@ -191,9 +191,11 @@ fn request_headers() -> HeaderMap {
 
 fn headers(c: &mut Criterion) {
     let template = request_headers();
+    let client = ClientNode::new(IpAddr::from([192, 0, 2, 33]));
+    let host = HeaderValue::from_static("api.example.com");
     let hop = ForwardedFor {
-        client: SocketAddr::from(([192, 0, 2, 33], 51_234)),
-        host: Some("api.example.com"),
+        client: &client,
+        host: Some(&host),
         proto: "http",
     };
     c.bench_function("headers/strip_via_forwarded", |b| {

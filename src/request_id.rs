@@ -24,11 +24,12 @@ pub struct RequestId(HeaderValue);
 impl RequestId {
     /// A fresh random id (UUID v4, hyphenated).
     pub fn generate() -> RequestId {
-        let text = uuid::Uuid::new_v4().hyphenated().to_string();
+        let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        let text = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
         // A hyphenated UUID is 36 visible ASCII bytes: always a valid header value, so the nil
         // UUID fallback is never used.
         RequestId(
-            HeaderValue::from_str(&text).unwrap_or(HeaderValue::from_static(
+            HeaderValue::from_str(text).unwrap_or(HeaderValue::from_static(
                 "00000000-0000-0000-0000-000000000000",
             )),
         )

@@ -48,8 +48,9 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                let client = ClientAddr::new(peer);
                 let service = gateway.clone().map_request(move |mut request: Request<Incoming>| {
-                    request.extensions_mut().insert(ClientAddr(peer));
+                    request.extensions_mut().insert(client.clone());
                     request
                 });
                 let connection = builder

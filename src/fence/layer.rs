@@ -5,14 +5,14 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures_util::future::BoxFuture;
+use futures_util::future;
 use http::{Request, Response};
 use tower::{Layer, Service};
 
 use super::token::{read_fence_header, TokenError};
 use crate::config::{FenceMode, OnStoreError};
 use crate::error::{GatewayError, Origin};
-use crate::proxy::{ProxyBody, RequestBody};
+use crate::proxy::{ProxyBody, ProxyFuture, RequestBody};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
 use crate::store::{Advance, FenceStore};
@@ -54,33 +54,41 @@ pub struct Fence<S> {
 
 impl<S> Service<Request<RequestBody>> for Fence<S>
 where
-    S: Service<Request<RequestBody>, Response = Response<ProxyBody>, Error = GatewayError>
-        + Clone
+    S: Service<
+            Request<RequestBody>,
+            Response = Response<ProxyBody>,
+            Error = GatewayError,
+            Future = ProxyFuture,
+        > + Clone
         + Send
         + 'static,
-    S::Future: Send,
 {
     type Response = Response<ProxyBody>;
     type Error = GatewayError;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+    type Future = ProxyFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut request: Request<RequestBody>) -> Self::Future {
+        let Some(routed) = request.extensions().get::<RouteMatch>() else {
+            return Box::pin(future::ready(Err(GatewayError::Internal(
+                "request reached the fence without a route",
+            ))));
+        };
+        if !routed.route.fences(request.method()) {
+            // Nothing to check: the inner service's own future, not another box around it.
+            return self.inner.call(request);
+        }
+        let routed = routed.clone();
         // The inner service was polled ready; keep that one and leave a fresh clone behind.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let store = Arc::clone(&self.store);
         Box::pin(async move {
-            let Some(routed) = request.extensions().get::<RouteMatch>().cloned() else {
-                return Err(GatewayError::Internal(
-                    "request reached the fence without a route",
-                ));
-            };
             let route = routed.route;
-            if route.fences(request.method()) {
+            {
                 let verdict = match read_key_and_token(&route, &routed.captures, &request) {
                     Ok((key, token)) => advance(&route, key, token, store.as_ref())
                         .await

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use futures_util::future::BoxFuture;
 use http::{Request, Response};
 use http_body_util::BodyExt as _;
 use tower::{Layer, Service};
@@ -16,7 +15,7 @@ use crate::config::Ordering;
 use crate::error::GatewayError;
 use crate::fence::Admitted;
 use crate::metrics::Metrics;
-use crate::proxy::{ProxyBody, RequestBody};
+use crate::proxy::{ProxyBody, ProxyFuture, RequestBody};
 use crate::route::{CompiledRoute, RouteMatch};
 use crate::store::FenceStore;
 
@@ -67,38 +66,39 @@ struct Passes {
 
 impl<S> Service<Request<RequestBody>> for Gate<S>
 where
-    S: Service<Request<RequestBody>, Response = Response<ProxyBody>, Error = GatewayError>
-        + Clone
+    S: Service<
+            Request<RequestBody>,
+            Response = Response<ProxyBody>,
+            Error = GatewayError,
+            Future = ProxyFuture,
+        > + Clone
         + Send
         + 'static,
-    S::Future: Send,
 {
     type Response = Response<ProxyBody>;
     type Error = GatewayError;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+    type Future = ProxyFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
+        let route = request.extensions().get::<RouteMatch>().map(|m| &m.route);
+        let admitted = request.extensions().get::<Admitted>();
+        let (route, admitted) = match (route, admitted) {
+            (Some(route), Some(admitted)) if route.fence.ordering != Ordering::None => {
+                (Arc::clone(route), admitted.clone())
+            }
+            // Nothing admitted to serialize: the inner service's own future, not another box.
+            _ => return self.inner.call(request),
+        };
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let gates = self.gates.clone();
         let store = Arc::clone(&self.store);
         let metrics = Arc::clone(&self.metrics);
         Box::pin(async move {
-            let route = request
-                .extensions()
-                .get::<RouteMatch>()
-                .map(|m| Arc::clone(&m.route));
-            let admitted = request.extensions().get::<Admitted>().cloned();
-            let (Some(route), Some(admitted)) = (route, admitted) else {
-                return inner.call(request).await;
-            };
-            if route.fence.ordering == Ordering::None {
-                return inner.call(request).await;
-            }
             let waiting = std::time::Instant::now();
             let passes = enter(&gates, &route, &admitted).await;
             metrics

@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use futures_util::future::BoxFuture;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use tower::{Service, ServiceBuilder, ServiceExt as _};
+use tower::{Service, ServiceBuilder};
 
 use crate::fence::{Fence, FenceLayer};
 use crate::gate::{Gate, GateLayer, Gates};
@@ -73,8 +73,13 @@ impl Service<Request<Incoming>> for Gateway {
     type Error = Infallible;
     type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Every layer of the stack is always ready; polling it keeps the tower contract for the
+        // direct `call` below. Its errors are answered per request, never here.
+        match self.routed.poll_ready(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(_) => Poll::Ready(Ok(())),
+        }
     }
 
     fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
@@ -91,11 +96,9 @@ impl Service<Request<Incoming>> for Gateway {
                 Ok(stamp_request_id(response, &request_id))
             });
         }
-        let routed = self.routed.clone();
-        let request = request.map(RequestBody::streamed);
+        let answer = self.routed.call(request.map(RequestBody::streamed));
         Box::pin(async move {
-            let response = routed
-                .oneshot(request)
+            let response = answer
                 .await
                 .unwrap_or_else(|e| e.into_response(&request_id));
             Ok(stamp_request_id(response, &request_id))

@@ -118,6 +118,10 @@ pub fn outcome_label(result: &Result<Response<ProxyBody>, GatewayError>) -> &'st
 /// (RFC 3986 §5.2.4), so `/public/../invoices/7` could match an unfenced route here and write to a
 /// fenced resource there; such paths are refused instead.
 pub fn has_dot_segment(path: &str) -> bool {
+    // Most paths have neither a dot nor an escape: no segment can be a dot segment.
+    if !path.bytes().any(|b| b == b'.' || b == b'%') {
+        return false;
+    }
     path.split('/').any(|segment| {
         let decoded = percent_decode_str(segment).collect::<Vec<u8>>();
         decoded == b"." || decoded == b".."

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt as _;
 use tower::{Layer, Service};
@@ -17,7 +16,7 @@ use super::{fingerprint, idempotency_key, now_ms, IdempotencySettings};
 use crate::config::ClientKey;
 use crate::error::GatewayError;
 use crate::fence::Admitted;
-use crate::proxy::{full_body, ProxyBody, RequestBody};
+use crate::proxy::{full_body, ProxyBody, ProxyFuture, RequestBody};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::store::{BeginRequest, Begun, IntentStore, StoreError, StoredOutcome};
 
@@ -57,35 +56,40 @@ pub struct Idempotency<S> {
 
 impl<S> Service<Request<RequestBody>> for Idempotency<S>
 where
-    S: Service<Request<RequestBody>, Response = Response<ProxyBody>, Error = GatewayError>
-        + Clone
+    S: Service<
+            Request<RequestBody>,
+            Response = Response<ProxyBody>,
+            Error = GatewayError,
+            Future = ProxyFuture,
+        > + Clone
         + Send
         + 'static,
-    S::Future: Send,
 {
     type Response = Response<ProxyBody>;
     type Error = GatewayError;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+    type Future = ProxyFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
+        let routed = match request.extensions().get::<RouteMatch>() {
+            Some(routed)
+                if routed.route.idempotency.is_some()
+                    && routed.route.fenced_methods.contains(request.method()) =>
+            {
+                routed.clone()
+            }
+            // Not an idempotent write: the inner service's own future, not another box.
+            _ => return self.inner.call(request),
+        };
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let intents = Arc::clone(&self.intents);
         Box::pin(async move {
-            let Some(routed) = request.extensions().get::<RouteMatch>().cloned() else {
-                return inner.call(request).await;
-            };
             let route = Arc::clone(&routed.route);
-            match &route.idempotency {
-                Some(_) if route.fenced_methods.contains(request.method()) => {
-                    call_once(request, &route, &routed, intents.as_ref(), &mut inner).await
-                }
-                _ => inner.call(request).await,
-            }
+            call_once(request, &route, &routed, intents.as_ref(), &mut inner).await
         })
     }
 }

@@ -10,6 +10,14 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Every response the gateway returns has this body.
 pub type ProxyBody = BoxBody<Bytes, BoxError>;
 
+/// What every service of the routed stack returns. One boxed type for all of them, so a layer
+/// that does not apply to a request hands back its inner service's future as it is, unboxed
+/// and unwrapped again.
+pub type ProxyFuture = futures_util::future::BoxFuture<
+    'static,
+    Result<http::Response<ProxyBody>, crate::error::GatewayError>,
+>;
+
 /// Every request body inside the gateway: the client's stream, or a body the gateway had to read
 /// whole (to fingerprint an idempotent request) and now replays. A named type rather than an alias
 /// of a boxed trait object, which keeps the layers' `Send` bounds simple for the compiler.

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use http::{header, Request, Response, Version};
+use http::{header, HeaderValue, Request, Response, Version};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -15,7 +15,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::Service;
 
 use super::headers::{
-    append_forwarded_headers, append_via, strip_hop_by_hop_headers, ForwardedFor,
+    append_forwarded_headers, append_via, strip_hop_by_hop_headers, ClientNode, ForwardedFor,
 };
 use super::{ProxyBody, RequestBody};
 use crate::error::GatewayError;
@@ -29,9 +29,22 @@ const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long connecting to an upstream may take before the attempt counts as refused (502).
 const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The address of the client connection a request came in on (set by the server per connection).
-#[derive(Debug, Clone, Copy)]
-pub struct ClientAddr(pub SocketAddr);
+/// The client connection a request came in on: set by the server on every request, rendered for
+/// the forwarding headers once per connection.
+#[derive(Debug, Clone)]
+pub struct ClientAddr {
+    pub addr: SocketAddr,
+    node: Arc<ClientNode>,
+}
+
+impl ClientAddr {
+    pub fn new(addr: SocketAddr) -> ClientAddr {
+        ClientAddr {
+            addr,
+            node: Arc::new(ClientNode::new(addr.ip())),
+        }
+    }
+}
 
 /// The pooled HTTP/1.1 client shared by every route.
 pub type UpstreamClient = Client<HttpConnector, RequestBody>;
@@ -123,39 +136,31 @@ fn upstream_request_filter(
     route: &crate::route::CompiledRoute,
 ) -> Result<Request<RequestBody>, GatewayError> {
     let (mut parts, body) = request.into_parts();
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |pq| pq.as_str())
-        .to_owned();
-    let client_host: Option<String> = parts
-        .headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| parts.uri.authority().map(|a| a.as_str().to_owned()));
+    let client_host: Option<HeaderValue> = parts.headers.get(header::HOST).cloned().or_else(|| {
+        parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    });
     parts.uri = route
         .upstream
-        .uri_for(&path_and_query)
+        .uri_for(parts.uri.path_and_query().map_or("/", |pq| pq.as_str()))
         .map_err(|_| GatewayError::Internal("could not build the upstream URI"))?;
     strip_hop_by_hop_headers(&mut parts.headers);
     append_via(&mut parts.headers, parts.version);
-    if let Some(ClientAddr(client)) = parts.extensions.get::<ClientAddr>().copied() {
+    if let Some(client) = parts.extensions.get::<ClientAddr>() {
         let hop = ForwardedFor {
-            client,
-            host: client_host.as_deref(),
+            client: &client.node,
+            host: client_host.as_ref(),
             proto: "http",
         };
         append_forwarded_headers(&mut parts.headers, &hop, route.trust_forwarded);
     }
-    let host = match (&client_host, route.preserve_host) {
-        (Some(host), true) => host.parse().ok(),
-        _ => None,
+    let host = match client_host {
+        Some(host) if route.preserve_host => host,
+        _ => route.upstream.host_header().clone(),
     };
-    parts.headers.insert(
-        header::HOST,
-        host.unwrap_or_else(|| route.upstream.host_header().clone()),
-    );
+    parts.headers.insert(header::HOST, host);
     parts.version = Version::HTTP_11;
     Ok(Request::from_parts(parts, body))
 }

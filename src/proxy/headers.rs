@@ -1,27 +1,25 @@
 //! Header rules a forwarding proxy must follow: hop-by-hop removal (RFC 9110 §7.6.1), `Via`
 //! (RFC 9110 §7.6.3), and `Forwarded` (RFC 7239) with its de-facto `X-Forwarded-*` companions.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::Version;
 
-/// The pseudonym this proxy uses in `Via` (RFC 9110 §7.6.3 allows a pseudonym instead of a host).
-const VIA_PSEUDONYM: &str = "fencegate";
-
 /// Headers that are hop-by-hop by definition; RFC 9110 §7.6.1 names `Connection`, `Proxy-Connection`,
 /// `Keep-Alive`, `TE`, `Transfer-Encoding` and `Upgrade`; `Trailer` and the `Proxy-Auth*` pair are
-/// meant for the next hop only as well.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "proxy-authenticate",
-    "proxy-authorization",
+/// meant for the next hop only as well. Names, not strings: removing by a `HeaderName` skips
+/// parsing the name on every request.
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("keep-alive"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
 ];
 
 /// Removes hop-by-hop headers: the fixed list plus every header named in `Connection`
@@ -29,47 +27,82 @@ const HOP_BY_HOP: [&str; 9] = [
 /// message is forwarded and, for each connection-option in this field, remove any header ... with
 /// the same name as the connection-option, and then remove the Connection header field itself").
 pub fn strip_hop_by_hop_headers(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .filter_map(|option| HeaderName::from_bytes(option.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
+    // One pass over the few names a request carries instead of a lookup per listed name.
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
     }
-    for name in HOP_BY_HOP {
+    if headers.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .filter_map(|option| HeaderName::from_bytes(option.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
 }
 
 /// Appends this hop to `Via`, naming the protocol version the message was received with.
 pub fn append_via(headers: &mut HeaderMap, received: Version) {
-    let protocol = match received {
-        Version::HTTP_09 => "0.9",
-        Version::HTTP_10 => "1.0",
-        Version::HTTP_2 => "2",
-        Version::HTTP_3 => "3",
-        _ => "1.1",
+    let hop = match received {
+        Version::HTTP_09 => HeaderValue::from_static("0.9 fencegate"),
+        Version::HTTP_10 => HeaderValue::from_static("1.0 fencegate"),
+        Version::HTTP_2 => HeaderValue::from_static("2 fencegate"),
+        Version::HTTP_3 => HeaderValue::from_static("3 fencegate"),
+        _ => HeaderValue::from_static("1.1 fencegate"),
     };
-    let hop = HeaderValue::from_str(&format!("{protocol} {VIA_PSEUDONYM}"));
-    if let Ok(hop) = hop {
-        headers.append(header::VIA, hop);
+    headers.append(header::VIA, hop);
+}
+
+/// A client's address rendered once per connection for the forwarding headers, so a request
+/// pays for no address formatting.
+#[derive(Debug, Clone)]
+pub struct ClientNode {
+    /// The address as `X-Forwarded-For` carries it.
+    ip: HeaderValue,
+    /// The address as a RFC 7239 §6 node: IPv4 as a token, IPv6 bracketed and quoted.
+    node: Box<str>,
+}
+
+impl ClientNode {
+    pub fn new(ip: IpAddr) -> ClientNode {
+        let text = ip.to_string();
+        let node = match ip {
+            IpAddr::V4(_) => text.clone().into_boxed_str(),
+            IpAddr::V6(_) => format!("\"[{text}]\"").into_boxed_str(),
+        };
+        ClientNode {
+            // An IP address is always a valid header value.
+            ip: HeaderValue::try_from(text).unwrap_or(HeaderValue::from_static("unknown")),
+            node,
+        }
     }
 }
 
 /// Who sent a request to the gateway, and how.
 pub struct ForwardedFor<'a> {
-    pub client: SocketAddr,
+    pub client: &'a ClientNode,
     /// The `Host` (or HTTP/2 `:authority`) the client used.
-    pub host: Option<&'a str>,
+    pub host: Option<&'a HeaderValue>,
     pub proto: &'static str,
 }
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// The headers that say who sent a request, which only this hop may write unless trusted.
+const FORWARDING: [HeaderName; 4] = [
+    header::FORWARDED,
+    X_FORWARDED_FOR,
+    X_FORWARDED_HOST,
+    X_FORWARDED_PROTO,
+];
 
 /// Adds `Forwarded` (RFC 7239 §4) and `X-Forwarded-For/-Host/-Proto` for this hop. Unless
 /// `trust_client` is set, whatever the client sent in those headers is dropped first: a client
@@ -79,29 +112,29 @@ pub fn append_forwarded_headers(
     hop: &ForwardedFor<'_>,
     trust_client: bool,
 ) {
-    if !trust_client {
-        for name in [
-            header::FORWARDED,
-            X_FORWARDED_FOR,
-            X_FORWARDED_HOST,
-            X_FORWARDED_PROTO,
-        ] {
+    if !trust_client && headers.keys().any(|name| FORWARDING.contains(name)) {
+        for name in &FORWARDING {
             headers.remove(name);
         }
     }
-    let ip = hop.client.ip();
-    let mut element = format!("for={}", forwarded_node(ip));
-    if let Some(host) = hop.host {
+    let host = hop.host.and_then(|h| h.to_str().ok());
+    let mut element =
+        String::with_capacity(32 + hop.client.node.len() + host.map_or(0, |h| h.len()));
+    element.push_str("for=");
+    element.push_str(&hop.client.node);
+    if let Some(host) = host {
         element.push_str(";host=");
-        element.push_str(&quoted_string(host));
+        push_quoted_string(&mut element, host);
     }
     element.push_str(";proto=");
     element.push_str(hop.proto);
-    set_appended(headers, header::FORWARDED, &element);
-    set_appended(headers, X_FORWARDED_FOR, &ip.to_string());
+    if let Ok(value) = HeaderValue::try_from(element) {
+        set_appended(headers, header::FORWARDED, value);
+    }
+    set_appended(headers, X_FORWARDED_FOR, hop.client.ip.clone());
     if !headers.contains_key(&X_FORWARDED_HOST) {
-        if let Some(value) = hop.host.and_then(|h| HeaderValue::from_str(h).ok()) {
-            headers.insert(X_FORWARDED_HOST, value);
+        if let Some(value) = hop.host {
+            headers.insert(X_FORWARDED_HOST, value.clone());
         }
     }
     if !headers.contains_key(&X_FORWARDED_PROTO) {
@@ -109,37 +142,36 @@ pub fn append_forwarded_headers(
     }
 }
 
-/// RFC 7239 §6: IPv6 nodes are bracketed and quoted; IPv4 nodes are tokens.
-fn forwarded_node(ip: IpAddr) -> String {
-    match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => format!("\"[{v6}]\""),
-    }
-}
-
 /// RFC 9110 §5.6.4 quoted-string (a host with a port is not a token because of its colon).
-fn quoted_string(text: &str) -> String {
-    let mut quoted = String::with_capacity(text.len() + 2);
-    quoted.push('"');
-    for c in text.chars() {
-        if c == '"' || c == '\\' {
-            quoted.push('\\');
+fn push_quoted_string(out: &mut String, text: &str) {
+    out.push('"');
+    if text.contains(['"', '\\']) {
+        for c in text.chars() {
+            if c == '"' || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
         }
-        quoted.push(c);
+    } else {
+        out.push_str(text);
     }
-    quoted.push('"');
-    quoted
+    out.push('"');
 }
 
-/// Joins any existing field lines of `name` and `addition` into one comma-separated line.
-fn set_appended(headers: &mut HeaderMap, name: HeaderName, addition: &str) {
-    let mut joined: Vec<&str> = headers
+/// Sets `name` to `addition`, or, when the header is already there, joins its field lines and
+/// `addition` into one comma-separated line.
+fn set_appended(headers: &mut HeaderMap, name: HeaderName, addition: HeaderValue) {
+    if !headers.contains_key(&name) {
+        headers.insert(name, addition);
+        return;
+    }
+    let mut joined: Vec<&[u8]> = headers
         .get_all(&name)
         .iter()
-        .filter_map(|v| v.to_str().ok())
+        .map(HeaderValue::as_bytes)
         .collect();
-    joined.push(addition);
-    if let Ok(value) = HeaderValue::from_str(&joined.join(", ")) {
+    joined.push(addition.as_bytes());
+    if let Ok(value) = HeaderValue::from_bytes(&joined.join(&b", "[..])) {
         headers.insert(name, value);
     }
 }
@@ -187,9 +219,11 @@ mod tests {
 
     #[test]
     fn client_forwarded_headers_are_replaced_unless_trusted() {
+        let client = ClientNode::new("10.0.0.9".parse().unwrap());
+        let host = HeaderValue::from_static("api.example:8080");
         let hop = ForwardedFor {
-            client: "10.0.0.9:5000".parse().unwrap(),
-            host: Some("api.example:8080"),
+            client: &client,
+            host: Some(&host),
             proto: "http",
         };
         let sent = [("x-forwarded-for", "1.2.3.4"), ("forwarded", "for=1.2.3.4")];
@@ -214,8 +248,9 @@ mod tests {
 
     #[test]
     fn ipv6_clients_are_quoted_in_forwarded() {
+        let client = ClientNode::new("::1".parse().unwrap());
         let hop = ForwardedFor {
-            client: "[::1]:5000".parse().unwrap(),
+            client: &client,
             host: None,
             proto: "http",
         };

@@ -4,10 +4,13 @@
 
 pub mod client;
 pub mod contract;
+pub mod fault_checks;
+pub mod fault_upstream;
 pub mod gateway;
 pub mod history;
 pub mod intent_contract;
 pub mod leases;
+pub mod outcome;
 pub mod postgres;
 pub mod process;
 pub mod provider;

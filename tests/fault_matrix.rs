@@ -1,0 +1,583 @@
+//! The fault matrix (issue 8 item 5): the store cut, stalled and reset mid-operation (PostgreSQL,
+//! Redis); the upstream refusing, resetting mid-body, slow and never answering; the gateway killed
+//! with `kill -9` while forwarding, then restarted on the same store. Every cell runs concurrent
+//! writers with rising tokens over a few keys, injects its fault mid-run, lifts it, and asserts
+//! I1, I2, I5 and I7 of DESIGN §1 — and that the gateway then serves a fresh accepted write.
+
+mod support;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt as _;
+use rand::Rng as _;
+use support::fault_checks::{
+    check_answers, check_fail_closed, check_forward_counts, check_marks, check_no_stale_forward,
+    class, tally, Role, Sent,
+};
+use support::fault_upstream::{Arrival, FaultyUpstream, UpstreamFault};
+use support::outcome::{exchange, Outcome};
+use support::relay::{Relay, RelayMode};
+use support::{GatewayProcess, TestGateway};
+
+/// Keys the writers share; two writers per key race with interleaved rising tokens.
+const KEYS: u64 = 3;
+const WRITERS_PER_KEY: u64 = 2;
+/// Requests sent while the fault is in force, each on a key of its own from this one up.
+const PROBES: u64 = 3;
+const PROBE_KEY: u64 = 100;
+/// The token of the last write per key: above every token the writers use.
+const FRESH_TOKEN: u64 = 1_000_000;
+/// A writer's last step (its tokens stay far below [`FRESH_TOKEN`]).
+const MAX_STEPS: u64 = 5_000;
+/// Requests the upstream must see before the fault, and again after it is lifted.
+const PROGRESS: usize = 6;
+/// How long the fault lasts (at least; probes may take longer).
+const FAULT_HOLD: Duration = Duration::from_millis(700);
+/// Bounds on waiting for traffic, a restart or a recovery: they detect hangs, nothing else.
+const PROGRESS_BOUND: Duration = Duration::from_secs(30);
+/// The upstream's delay while the `kill -9` cells run, so forwards are in flight at the kill.
+const KILL_UPSTREAM_DELAY: Duration = Duration::from_millis(150);
+/// How long the killed gateway stays down before it is restarted.
+const DOWN_FOR: Duration = Duration::from_millis(300);
+const SLOW: Duration = Duration::from_millis(300);
+const ADMIN_TOKEN: &str = "fault-matrix-admin-token";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Embedded,
+    Postgres,
+    Redis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// The relay between the gateway and its store misbehaves.
+    Store(RelayMode),
+    /// The upstream misbehaves.
+    Upstream(UpstreamFault),
+    /// The gateway (the real binary) is killed with SIGKILL while forwarding, then restarted.
+    Kill9,
+}
+
+impl Fault {
+    /// The outcome classes any request of the cell may have.
+    fn allowed(self) -> &'static [&'static str] {
+        match self {
+            Fault::Store(_) => &["200", "409", "503"],
+            Fault::Upstream(UpstreamFault::Refuse) => &["200", "409", "502"],
+            Fault::Upstream(UpstreamFault::ResetMidBody) => &["200", "409", "502", "broken"],
+            Fault::Upstream(UpstreamFault::NeverAnswer) => &["200", "409", "504"],
+            Fault::Upstream(_) => &["200", "409"],
+            Fault::Kill9 => &["200", "409", "no-answer", "broken"],
+        }
+    }
+
+    /// What a probe sent while the fault is in force gets, and how often the upstream sees it.
+    fn probe_expectation(self) -> (&'static str, usize) {
+        match self {
+            Fault::Store(_) => ("503/store-unavailable", 0),
+            Fault::Upstream(UpstreamFault::Refuse) => ("502/upstream-unavailable", 0),
+            Fault::Upstream(UpstreamFault::ResetMidBody) => ("broken-200", 1),
+            Fault::Upstream(UpstreamFault::NeverAnswer) => ("504/upstream-timeout", 1),
+            Fault::Upstream(_) => ("200", 1),
+            Fault::Kill9 => ("no-answer", 0),
+        }
+    }
+}
+
+macro_rules! matrix {
+    ($($name:ident: $store:expr, $fault:expr;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            run_cell(stringify!($name), $store, $fault).await;
+        }
+    )*};
+}
+
+matrix! {
+    postgres_store_cut: Store::Postgres, Fault::Store(RelayMode::Cut);
+    postgres_store_stalled: Store::Postgres, Fault::Store(RelayMode::Stall);
+    postgres_store_reset_mid_operation: Store::Postgres, Fault::Store(RelayMode::Reset);
+    redis_store_cut: Store::Redis, Fault::Store(RelayMode::Cut);
+    redis_store_stalled: Store::Redis, Fault::Store(RelayMode::Stall);
+    redis_store_reset_mid_operation: Store::Redis, Fault::Store(RelayMode::Reset);
+    embedded_upstream_refusing: Store::Embedded, Fault::Upstream(UpstreamFault::Refuse);
+    embedded_upstream_reset_mid_body: Store::Embedded, Fault::Upstream(UpstreamFault::ResetMidBody);
+    embedded_upstream_slow: Store::Embedded, Fault::Upstream(UpstreamFault::Slow(SLOW));
+    embedded_upstream_never_answering: Store::Embedded, Fault::Upstream(UpstreamFault::NeverAnswer);
+    postgres_upstream_refusing: Store::Postgres, Fault::Upstream(UpstreamFault::Refuse);
+    postgres_upstream_reset_mid_body: Store::Postgres, Fault::Upstream(UpstreamFault::ResetMidBody);
+    postgres_upstream_slow: Store::Postgres, Fault::Upstream(UpstreamFault::Slow(SLOW));
+    postgres_upstream_never_answering: Store::Postgres, Fault::Upstream(UpstreamFault::NeverAnswer);
+    embedded_gateway_kill_9_while_forwarding: Store::Embedded, Fault::Kill9;
+    postgres_gateway_kill_9_while_forwarding: Store::Postgres, Fault::Kill9;
+    redis_gateway_kill_9_while_forwarding: Store::Redis, Fault::Kill9;
+}
+
+/// The store of one cell: a temporary directory for the gateway's state (and the embedded file),
+/// and for the network stores a relay and a schema or key prefix of the cell's own.
+struct Backing {
+    store: Store,
+    dir: tempfile::TempDir,
+    relay: Option<Relay>,
+    namespace: String,
+}
+
+impl Backing {
+    async fn new(store: Store) -> Backing {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (relay, namespace) = match store {
+            Store::Embedded => (None, String::new()),
+            Store::Postgres => (
+                Some(Relay::start("127.0.0.1:5432".parse().expect("address")).await),
+                support::postgres::unique_schema(),
+            ),
+            Store::Redis => (
+                Some(Relay::start(support::redis::REDIS_ADDR.parse().expect("address")).await),
+                support::redis::unique_prefix(),
+            ),
+        };
+        Backing {
+            store,
+            dir,
+            relay,
+            namespace,
+        }
+    }
+
+    fn toml(&self) -> String {
+        let through = |relay: &Option<Relay>| relay.as_ref().map(|r| r.addr.to_string());
+        match self.store {
+            Store::Embedded => support::gateway::embedded_store(self.dir.path()),
+            Store::Postgres => format!(
+                "[store]\nbackend = \"postgres\"\nurl = \"postgres://postgres@{}/test\"\nschema = \"{}\"\nmax_connections = 4\ngate_connections = 8\n",
+                through(&self.relay).unwrap_or_default(),
+                self.namespace
+            ),
+            Store::Redis => format!(
+                "[store]\nbackend = \"redis\"\nurl = \"redis://{}\"\nkey_prefix = \"{}\"\n",
+                through(&self.relay).unwrap_or_default(),
+                self.namespace
+            ),
+        }
+    }
+
+    fn relay(&self) -> &Relay {
+        self.relay.as_ref().expect("a network store has a relay")
+    }
+
+    async fn clean_up(&self) {
+        match self.store {
+            Store::Embedded => {}
+            Store::Postgres => support::postgres::drop_schema(&self.namespace).await,
+            Store::Redis => support::redis::delete_keys(&self.namespace).await,
+        }
+    }
+}
+
+/// The route every cell writes through: fenced, serialized per key, short store and upstream
+/// timeouts so faults show quickly.
+fn route(upstream: &FaultyUpstream) -> String {
+    format!(
+        "[[routes]]\nname = \"w\"\npath = \"/w/{{id}}\"\nupstream = \"{}\"\nresource_key = \"w:{{id}}\"\ntimeout = \"1s\"\n\n[routes.fence]\nstore_timeout = \"300ms\"\n\n",
+        upstream.url()
+    )
+}
+
+/// The gateway under test: in process for store and upstream faults, the real binary (with an
+/// admin listener to read marks) for `kill -9`.
+enum Gateway {
+    InProcess(TestGateway),
+    Process {
+        process: GatewayProcess,
+        admin: SocketAddr,
+    },
+    /// Killed, not yet restarted.
+    Down,
+}
+
+impl Gateway {
+    async fn start_process(dir: &Path, store: &str, route: &str) -> Gateway {
+        let admin = support::process::free_port();
+        let routes = format!("{route}[admin]\nlisten = \"{admin}\"\ntoken = \"{ADMIN_TOKEN}\"\n");
+        let (dir, store): (PathBuf, String) = (dir.to_owned(), store.to_owned());
+        let process = tokio::task::spawn_blocking(move || {
+            GatewayProcess::start_with_store(&dir, &store, &routes)
+        })
+        .await
+        .expect("start the binary");
+        Gateway::Process { process, admin }
+    }
+
+    fn base(&self) -> String {
+        match self {
+            Gateway::InProcess(gw) => gw.url(""),
+            Gateway::Process { process, .. } => process.url(""),
+            Gateway::Down => unreachable!("the gateway is restarted before it is used again"),
+        }
+    }
+
+    /// The key's mark as the store has it.
+    async fn mark(&self, key: u64) -> Option<u64> {
+        let name = format!("w:{key}");
+        match self {
+            Gateway::InProcess(gw) => gw.store().current(&name).await.expect("store answers"),
+            Gateway::Process { admin, .. } => {
+                let url = format!("http://{admin}/admin/fences/{name}");
+                let auth = [("authorization", format!("Bearer {ADMIN_TOKEN}"))];
+                match exchange("GET", &url, &auth).await {
+                    Outcome::Answered(answer) if answer.status == 200 => {
+                        let json: serde_json::Value =
+                            serde_json::from_slice(&answer.body).expect("admin JSON");
+                        Some(json["fence"].as_u64().expect("fence in the admin answer"))
+                    }
+                    Outcome::Answered(answer) if answer.status == 404 => None,
+                    other => panic!("admin read of {name}: {other:?}"),
+                }
+            }
+            Gateway::Down => unreachable!("the gateway is restarted before it is used again"),
+        }
+    }
+}
+
+/// What the clients of one cell share: where the gateway is, and what every request got.
+struct Clients {
+    base: RwLock<String>,
+    next_seq: AtomicU64,
+    sent: Mutex<Vec<Sent>>,
+    stop: AtomicBool,
+}
+
+impl Clients {
+    async fn send(&self, key: u64, token: u64, role: Role) -> Outcome {
+        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        let url = format!("{}/w/{key}", self.base.read().expect("base lock").as_str());
+        let sent = Instant::now();
+        let headers = [("x-fence", token.to_string()), ("x-seq", seq.to_string())];
+        let outcome = exchange("POST", &url, &headers).await;
+        self.sent.lock().expect("sent lock").push(Sent {
+            seq,
+            key,
+            token,
+            role,
+            sent,
+            answered: Instant::now(),
+            outcome: outcome.clone(),
+        });
+        outcome
+    }
+
+    fn sent(&self) -> Vec<Sent> {
+        self.sent.lock().expect("sent lock").clone()
+    }
+}
+
+/// One writer: rising tokens on one key, interleaved with the other writer of the key.
+async fn writer(clients: Arc<Clients>, key: u64, lane: u64) {
+    for step in 1..=MAX_STEPS {
+        if clients.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let outcome = clients
+            .send(key, step * WRITERS_PER_KEY + lane, Role::Workload)
+            .await;
+        // Back off a little after a failure, so a fault does not burn through the steps.
+        let pause = match outcome.status() {
+            Some(200 | 409) => rand::thread_rng().gen_range(0..10),
+            _ => 30,
+        };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
+
+/// The largest token the upstream saw for `key`.
+fn newest_forwarded(arrivals: &[Arrival], key: u64) -> Option<u64> {
+    let target = format!("/w/{key}");
+    arrivals
+        .iter()
+        .filter(|a| a.target == target)
+        .filter_map(|a| a.fence)
+        .max()
+}
+
+/// Polls `done` until it holds, panicking (a hang) after [`PROGRESS_BOUND`].
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PROGRESS_BOUND;
+    while !done() {
+        assert!(Instant::now() < deadline, "hung waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn run_cell(name: &str, store: Store, fault: Fault) {
+    let backing = Backing::new(store).await;
+    let outcome = AssertUnwindSafe(cell(name, fault, &backing))
+        .catch_unwind()
+        .await;
+    // Clean up the cell's schema or prefix whether it passed or not.
+    backing.clean_up().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn cell(name: &str, fault: Fault, backing: &Backing) {
+    let upstream = FaultyUpstream::start().await;
+    if fault == Fault::Kill9 {
+        upstream.set(UpstreamFault::Slow(KILL_UPSTREAM_DELAY));
+    }
+    let route = route(&upstream);
+    let mut gateway = if fault == Fault::Kill9 {
+        Gateway::start_process(backing.dir.path(), &backing.toml(), &route).await
+    } else {
+        Gateway::InProcess(
+            TestGateway::start_with_store_config(backing.dir.path(), &backing.toml(), &route).await,
+        )
+    };
+    let clients = Arc::new(Clients {
+        base: RwLock::new(gateway.base()),
+        next_seq: AtomicU64::new(1),
+        sent: Mutex::new(Vec::new()),
+        stop: AtomicBool::new(false),
+    });
+    let writers: Vec<_> = (0..KEYS)
+        .flat_map(|key| (0..WRITERS_PER_KEY).map(move |lane| (key, lane)))
+        .map(|(key, lane)| tokio::spawn(writer(Arc::clone(&clients), key, lane)))
+        .collect();
+    wait_for("traffic on every key before the fault", || {
+        let arrivals = upstream.arrivals();
+        (0..KEYS).all(|key| newest_forwarded(&arrivals, key).is_some())
+            && arrivals.len() >= PROGRESS
+    })
+    .await;
+
+    // The fault, mid-run, with probes sent while it is in force.
+    let send_probes = |clients: Arc<Clients>| async move {
+        let probes = (0..PROBES).map(|i| {
+            let clients = Arc::clone(&clients);
+            async move { clients.send(PROBE_KEY + i, 10, Role::Probe).await }
+        });
+        futures_util::future::join_all(probes).await
+    };
+    let out = Instant::now();
+    match fault {
+        Fault::Store(mode) => backing.relay().set(mode),
+        Fault::Upstream(behaviour) => upstream.set(behaviour),
+        Fault::Kill9 => {
+            wait_for("a forward in flight", || upstream.in_flight() > 0).await;
+            if let Gateway::Process { process, .. } = std::mem::replace(&mut gateway, Gateway::Down)
+            {
+                process.kill_9();
+            }
+        }
+    }
+    let probes = send_probes(Arc::clone(&clients)).await;
+    tokio::time::sleep_until((out + FAULT_HOLD).into()).await;
+    if fault == Fault::Kill9 {
+        tokio::time::sleep(DOWN_FOR).await;
+    }
+    let back = Instant::now();
+    match fault {
+        Fault::Store(_) => backing.relay().set(RelayMode::Pass),
+        Fault::Upstream(_) => upstream.set(UpstreamFault::None),
+        Fault::Kill9 => {
+            gateway = Gateway::start_process(backing.dir.path(), &backing.toml(), &route).await;
+            *clients.base.write().expect("base lock") = gateway.base();
+        }
+    }
+
+    // Right after the fault: a token below the newest one forwarded per key is refused.
+    let arrived_before = upstream.arrivals();
+    for key in 0..KEYS {
+        let newest =
+            newest_forwarded(&arrived_before, key).expect("every key was forwarded before");
+        let zombie = clients.send(key, newest - 1, Role::Zombie).await;
+        assert_eq!(
+            zombie.status(),
+            Some(409),
+            "{name}: zombie on key {key}: {zombie:?}"
+        );
+    }
+
+    let resumed = arrived_before.len() + PROGRESS;
+    wait_for("traffic after the fault", || {
+        upstream.arrivals().len() >= resumed
+    })
+    .await;
+    clients.stop.store(true, Ordering::SeqCst);
+    for writer in writers {
+        writer.await.expect("writer task");
+    }
+    upstream.set(UpstreamFault::None);
+
+    // The gateway serves again: a new generation per key is accepted and forwarded.
+    for key in 0..KEYS {
+        let deadline = Instant::now() + PROGRESS_BOUND;
+        loop {
+            let fresh = clients.send(key, FRESH_TOKEN + key, Role::Fresh).await;
+            if fresh.status() == Some(200) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}: key {key} never served again: {fresh:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    let sent = clients.sent();
+    let arrivals = upstream.arrivals();
+    let mut marks = HashMap::new();
+    for key in (0..KEYS).chain(PROBE_KEY..PROBE_KEY + PROBES) {
+        marks.insert(key, gateway.mark(key).await);
+    }
+    let fail = |invariant: &str, violation: String| -> ! {
+        panic!(
+            "{name}: {invariant}: {violation}\noutcomes: {:?}",
+            tally(&sent)
+        )
+    };
+
+    // I7: every request got an answer of the kind the fault allows, or a connection error.
+    check_answers(&sent, fault.allowed()).unwrap_or_else(|v| fail("I7", v));
+    let (expected, forwarded) = fault.probe_expectation();
+    for probe in &probes {
+        assert_eq!(probe.label(), expected, "{name}: probe: {probe:?}");
+    }
+    for probe in sent.iter().filter(|s| s.role == Role::Probe) {
+        let times = arrivals.iter().filter(|a| a.seq == Some(probe.seq)).count();
+        assert_eq!(
+            times, forwarded,
+            "{name}: probe #{} reached the upstream {times} times",
+            probe.seq
+        );
+    }
+    // I1: nothing stale reached the upstream; refusals never did, answers exactly once.
+    check_no_stale_forward(&sent, &arrivals).unwrap_or_else(|v| fail("I1", v));
+    check_forward_counts(&sent, &arrivals).unwrap_or_else(|v| fail("I1", v));
+    // I2: no mark below a token the upstream saw.
+    check_marks(&marks, &sent, &arrivals).unwrap_or_else(|v| fail("I2", v));
+    // I5: while the store was out, nothing was forwarded.
+    let inside = match fault {
+        Fault::Store(_) => {
+            check_fail_closed(&sent, &arrivals, out, back).unwrap_or_else(|v| fail("I5", v))
+        }
+        _ => 0,
+    };
+    // The fault bit: requests sent during it failed (a slow upstream only delays, so its probes
+    // answering 200 after the delay is the check there).
+    let faulted = sent
+        .iter()
+        .filter(|s| s.sent >= out && s.answered <= back)
+        .filter(|s| class(&s.outcome) != "200" && class(&s.outcome) != "409")
+        .count();
+    if !matches!(fault, Fault::Upstream(UpstreamFault::Slow(_))) {
+        assert!(faulted > 0, "{name}: the fault changed no outcome");
+    }
+    if fault == Fault::Store(RelayMode::Reset) {
+        assert!(
+            backing.relay().lost_replies() > 0,
+            "{name}: no store reply was lost to a reset"
+        );
+    }
+    if fault == Fault::Kill9 {
+        // The kill hit a forward: a request reached the upstream and its client got no answer.
+        let cut_off = sent
+            .iter()
+            .filter(|s| matches!(s.outcome, Outcome::NoAnswer(_) | Outcome::BrokenBody { .. }))
+            .filter(|s| arrivals.iter().any(|a| a.seq == Some(s.seq)))
+            .count();
+        assert!(cut_off > 0, "{name}: no forward was in flight at the kill");
+    }
+    let mut marks: Vec<_> = marks.into_iter().collect();
+    marks.sort();
+    eprintln!(
+        "{name}: {} requests, upstream saw {}, {inside} inside the store outage, outcomes {:?}, marks {marks:?}",
+        sent.len(),
+        arrivals.len(),
+        tally(&sent)
+    );
+}
+
+/// Each check of the matrix can fail: a history that breaks its invariant is flagged.
+#[test]
+fn the_fault_checks_flag_violations() {
+    use support::outcome::Answer;
+    let t0 = Instant::now();
+    let at = |ms| t0 + Duration::from_millis(ms);
+    let answered = |status: u16, problem: Option<&str>, current: Option<u64>| {
+        Outcome::Answered(Answer {
+            status,
+            content_type: problem.map(|_| "application/problem+json".to_owned()),
+            problem: problem.map(str::to_owned),
+            current,
+            body: if problem.is_some() {
+                bytes::Bytes::from_static(b"{}")
+            } else {
+                bytes::Bytes::from_static(support::fault_upstream::OK_BODY)
+            },
+        })
+    };
+    let sent = |seq, token, from, to, outcome| Sent {
+        seq,
+        key: 1,
+        token,
+        role: Role::Workload,
+        sent: at(from),
+        answered: at(to),
+        outcome,
+    };
+    let arrival = |seq, token, ms| Arrival {
+        seq: Some(seq),
+        target: "/w/1".to_owned(),
+        fence: Some(token),
+        arrived: at(ms),
+    };
+    let ok = |seq, token, from, to| sent(seq, token, from, to, answered(200, None, None));
+    let history = vec![ok(1, 10, 0, 5), ok(2, 12, 6, 9)];
+    let forwarded = vec![arrival(1, 10, 1), arrival(2, 12, 7)];
+    check_no_stale_forward(&history, &forwarded).expect("a legal history");
+    check_forward_counts(&history, &forwarded).expect("a legal history");
+
+    // I1: a lower token reaching the upstream after a higher one, even if its client got 504.
+    let late = vec![
+        ok(1, 10, 0, 5),
+        sent(2, 9, 1, 9, answered(504, Some("upstream-timeout"), None)),
+    ];
+    let violation =
+        check_no_stale_forward(&late, &[arrival(1, 10, 1), arrival(2, 9, 6)]).unwrap_err();
+    assert!(violation.contains("token 9"), "{violation}");
+    // A 503 that reached the upstream; a 200 that reached it twice.
+    let refused = vec![sent(
+        1,
+        10,
+        0,
+        5,
+        answered(503, Some("store-unavailable"), None),
+    )];
+    assert!(check_forward_counts(&refused, &[arrival(1, 10, 1)]).is_err());
+    assert!(check_forward_counts(&history, &[arrival(1, 10, 1), arrival(1, 10, 2)]).is_err());
+    // I2: a mark below a token the upstream saw, or above every token sent.
+    let marks = |mark| HashMap::from([(1u64, mark)]);
+    check_marks(&marks(Some(12)), &history, &forwarded).expect("marks kept");
+    assert!(check_marks(&marks(Some(10)), &history, &forwarded).is_err());
+    assert!(check_marks(&marks(None), &history, &forwarded).is_err());
+    assert!(check_marks(&marks(Some(13)), &history, &forwarded).is_err());
+    // I5: a request sent and answered while the store was out was forwarded.
+    assert!(check_fail_closed(&history, &forwarded, at(6), at(10)).is_err());
+    assert_eq!(check_fail_closed(&refused, &[], at(0), at(10)), Ok(1));
+    // I7: a hang, an outcome the fault does not allow, a refusal without a problem body.
+    let hung = vec![sent(1, 10, 0, 5, Outcome::Hung)];
+    assert!(check_answers(&hung, Fault::Kill9.allowed()).is_err());
+    assert!(check_answers(&refused, &["200", "409"]).is_err());
+    let bare = vec![sent(1, 10, 0, 5, answered(502, None, None))];
+    assert!(check_answers(&bare, &["502"]).is_err());
+    check_answers(&refused, Fault::Store(RelayMode::Cut).allowed()).expect("503 allowed");
+}

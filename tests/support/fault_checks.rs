@@ -35,11 +35,11 @@ pub struct Sent {
     pub outcome: Outcome,
 }
 
-/// The outcome's class for the allowed-outcome lists: the status of a whole answer, `broken` or
-/// `no-answer`.
+/// The outcome's class for the allowed-outcome lists: a whole answer's status and problem type
+/// (`200`, `503/store-unavailable`), `broken`, `no-answer` or `hung`.
 pub fn class(outcome: &Outcome) -> String {
     match outcome {
-        Outcome::Answered(answer) => answer.status.to_string(),
+        Outcome::Answered(_) => outcome.label(),
         Outcome::BrokenBody { .. } => "broken".to_owned(),
         Outcome::NoAnswer(_) => "no-answer".to_owned(),
         Outcome::Hung => "hung".to_owned(),

@@ -223,9 +223,10 @@ async fn answer(
         }
     }
     match fault {
-        UpstreamFault::None | UpstreamFault::Refuse => {}
+        UpstreamFault::None => {}
         UpstreamFault::Slow(delay) => tokio::time::sleep(delay).await,
-        UpstreamFault::NeverAnswer => std::future::pending::<()>().await,
+        // Refuse: a request that slipped in on an open connection is reset with it.
+        UpstreamFault::NeverAnswer | UpstreamFault::Refuse => std::future::pending::<()>().await,
         UpstreamFault::ResetMidBody => return reset_mid_body(),
     }
     let body = Full::new(Bytes::from_static(OK_BODY))

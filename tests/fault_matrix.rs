@@ -7,35 +7,33 @@
 mod support;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::panic::AssertUnwindSafe;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt as _;
-use rand::Rng as _;
+use support::cell_clients::{writer, Clients, MAX_STEPS, WRITERS_PER_KEY};
+use support::cell_gateway::Gateway;
+use support::cell_store::{Backing, Store};
 use support::fault_checks::{
     check_answers, check_fail_closed, check_forward_counts, check_marks, check_no_stale_forward,
     class, tally, Role, Sent,
 };
 use support::fault_upstream::{Arrival, FaultyUpstream, UpstreamFault};
-use support::outcome::{exchange, Outcome};
-use support::relay::{Relay, RelayMode};
-use support::{GatewayProcess, TestGateway};
+use support::outcome::Outcome;
+use support::relay::RelayMode;
+use support::TestGateway;
 
-/// Keys the writers share; two writers per key race with interleaved rising tokens.
+/// Keys the writers share; [`WRITERS_PER_KEY`] writers per key race with interleaved rising tokens.
 const KEYS: u64 = 3;
-const WRITERS_PER_KEY: u64 = 2;
 /// Requests sent while the fault is in force, each on a key of its own from this one up.
 const PROBES: u64 = 3;
 const PROBE_KEY: u64 = 100;
 /// The token of the last write per key: above every token the writers use.
 const FRESH_TOKEN: u64 = 1_000_000;
-/// A writer's last step (its tokens stay far below [`FRESH_TOKEN`]).
-const MAX_STEPS: u64 = 5_000;
+const _: () = assert!(FRESH_TOKEN > (MAX_STEPS + 1) * WRITERS_PER_KEY);
 /// Requests the upstream must see before the fault, and again after it is lifted.
 const PROGRESS: usize = 6;
 /// How long the fault lasts (at least; probes may take longer).
@@ -51,14 +49,6 @@ const SLOW: Duration = Duration::from_millis(300);
 const OK: &str = "200";
 const STALE: &str = "409/stale-fence";
 const STORE_OUT: &str = "503/store-unavailable";
-const ADMIN_TOKEN: &str = "fault-matrix-admin-token";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Store {
-    Embedded,
-    Postgres,
-    Redis,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
@@ -143,67 +133,6 @@ matrix! {
     redis_gateway_kill_9_while_forwarding: Store::Redis, Fault::Kill9;
 }
 
-/// The store of one cell: a temporary directory for the gateway's state (and the embedded file),
-/// and for the network stores a relay and a schema or key prefix of the cell's own.
-struct Backing {
-    store: Store,
-    dir: tempfile::TempDir,
-    relay: Option<Relay>,
-    namespace: String,
-}
-
-impl Backing {
-    async fn new(store: Store) -> Backing {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (relay, namespace) = match store {
-            Store::Embedded => (None, String::new()),
-            Store::Postgres => (
-                Some(Relay::start("127.0.0.1:5432".parse().expect("address")).await),
-                support::postgres::unique_schema(),
-            ),
-            Store::Redis => (
-                Some(Relay::start(support::redis::REDIS_ADDR.parse().expect("address")).await),
-                support::redis::unique_prefix(),
-            ),
-        };
-        Backing {
-            store,
-            dir,
-            relay,
-            namespace,
-        }
-    }
-
-    fn toml(&self) -> String {
-        let through = |relay: &Option<Relay>| relay.as_ref().map(|r| r.addr.to_string());
-        match self.store {
-            Store::Embedded => support::gateway::embedded_store(self.dir.path()),
-            Store::Postgres => format!(
-                "[store]\nbackend = \"postgres\"\nurl = \"postgres://postgres@{}/test\"\nschema = \"{}\"\nmax_connections = 4\ngate_connections = 8\n",
-                through(&self.relay).unwrap_or_default(),
-                self.namespace
-            ),
-            Store::Redis => format!(
-                "[store]\nbackend = \"redis\"\nurl = \"redis://{}\"\nkey_prefix = \"{}\"\n",
-                through(&self.relay).unwrap_or_default(),
-                self.namespace
-            ),
-        }
-    }
-
-    fn relay(&self) -> &Relay {
-        self.relay.as_ref().expect("a network store has a relay")
-    }
-
-    async fn clean_up(&self) {
-        match self.store {
-            Store::Embedded => {}
-            Store::Postgres => support::postgres::drop_schema(&self.namespace).await,
-            Store::Redis => support::redis::delete_keys(&self.namespace).await,
-        }
-    }
-}
-
 /// The route every cell writes through: fenced, serialized per key, a short upstream timeout so
 /// faults show quickly.
 fn route(upstream: &FaultyUpstream, store_timeout: &str) -> String {
@@ -211,112 +140,6 @@ fn route(upstream: &FaultyUpstream, store_timeout: &str) -> String {
         "[[routes]]\nname = \"w\"\npath = \"/w/{{id}}\"\nupstream = \"{}\"\nresource_key = \"w:{{id}}\"\ntimeout = \"1s\"\n\n[routes.fence]\nstore_timeout = \"{store_timeout}\"\n\n",
         upstream.url()
     )
-}
-
-/// The gateway under test: in process for store and upstream faults, the real binary (with an
-/// admin listener to read marks) for `kill -9`.
-enum Gateway {
-    InProcess(TestGateway),
-    Process {
-        process: GatewayProcess,
-        admin: SocketAddr,
-    },
-    /// Killed, not yet restarted.
-    Down,
-}
-
-impl Gateway {
-    async fn start_process(dir: &Path, store: &str, route: &str) -> Gateway {
-        let admin = support::process::free_port();
-        let routes = format!("{route}[admin]\nlisten = \"{admin}\"\ntoken = \"{ADMIN_TOKEN}\"\n");
-        let (dir, store): (PathBuf, String) = (dir.to_owned(), store.to_owned());
-        let process = tokio::task::spawn_blocking(move || {
-            GatewayProcess::start_with_store(&dir, &store, &routes)
-        })
-        .await
-        .expect("start the binary");
-        Gateway::Process { process, admin }
-    }
-
-    fn base(&self) -> String {
-        match self {
-            Gateway::InProcess(gw) => gw.url(""),
-            Gateway::Process { process, .. } => process.url(""),
-            Gateway::Down => unreachable!("the gateway is restarted before it is used again"),
-        }
-    }
-
-    /// The key's mark as the store has it.
-    async fn mark(&self, key: u64) -> Option<u64> {
-        let name = format!("w:{key}");
-        match self {
-            Gateway::InProcess(gw) => gw.store().current(&name).await.expect("store answers"),
-            Gateway::Process { admin, .. } => {
-                let url = format!("http://{admin}/admin/fences/{name}");
-                let auth = [("authorization", format!("Bearer {ADMIN_TOKEN}"))];
-                match exchange("GET", &url, &auth).await {
-                    Outcome::Answered(answer) if answer.status == 200 => {
-                        let json: serde_json::Value =
-                            serde_json::from_slice(&answer.body).expect("admin JSON");
-                        Some(json["fence"].as_u64().expect("fence in the admin answer"))
-                    }
-                    Outcome::Answered(answer) if answer.status == 404 => None,
-                    other => panic!("admin read of {name}: {other:?}"),
-                }
-            }
-            Gateway::Down => unreachable!("the gateway is restarted before it is used again"),
-        }
-    }
-}
-
-/// What the clients of one cell share: where the gateway is, and what every request got.
-struct Clients {
-    base: RwLock<String>,
-    next_seq: AtomicU64,
-    sent: Mutex<Vec<Sent>>,
-    stop: AtomicBool,
-}
-
-impl Clients {
-    async fn send(&self, key: u64, token: u64, role: Role) -> Outcome {
-        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
-        let url = format!("{}/w/{key}", self.base.read().expect("base lock").as_str());
-        let sent = Instant::now();
-        let headers = [("x-fence", token.to_string()), ("x-seq", seq.to_string())];
-        let outcome = exchange("POST", &url, &headers).await;
-        self.sent.lock().expect("sent lock").push(Sent {
-            seq,
-            key,
-            token,
-            role,
-            sent,
-            answered: Instant::now(),
-            outcome: outcome.clone(),
-        });
-        outcome
-    }
-
-    fn sent(&self) -> Vec<Sent> {
-        self.sent.lock().expect("sent lock").clone()
-    }
-}
-
-/// One writer: rising tokens on one key, interleaved with the other writer of the key.
-async fn writer(clients: Arc<Clients>, key: u64, lane: u64) {
-    for step in 1..=MAX_STEPS {
-        if clients.stop.load(Ordering::SeqCst) {
-            return;
-        }
-        let outcome = clients
-            .send(key, step * WRITERS_PER_KEY + lane, Role::Workload)
-            .await;
-        // Back off a little after a failure, so a fault does not burn through the steps.
-        let pause = match outcome.status() {
-            Some(200 | 409) => rand::thread_rng().gen_range(0..10),
-            _ => 30,
-        };
-        tokio::time::sleep(Duration::from_millis(pause)).await;
-    }
 }
 
 /// The largest token the upstream saw for `key`.
@@ -363,12 +186,7 @@ async fn cell(name: &str, fault: Fault, backing: &Backing) {
             TestGateway::start_with_store_config(backing.dir.path(), &backing.toml(), &route).await,
         )
     };
-    let clients = Arc::new(Clients {
-        base: RwLock::new(gateway.base()),
-        next_seq: AtomicU64::new(1),
-        sent: Mutex::new(Vec::new()),
-        stop: AtomicBool::new(false),
-    });
+    let clients = Arc::new(Clients::new(gateway.base()));
     let writers: Vec<_> = (0..KEYS)
         .flat_map(|key| (0..WRITERS_PER_KEY).map(move |lane| (key, lane)))
         .map(|(key, lane)| tokio::spawn(writer(Arc::clone(&clients), key, lane)))

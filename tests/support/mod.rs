@@ -2,6 +2,9 @@
 //! binary as a child process, and a small HTTP client.
 #![allow(dead_code, unused_imports)] // each test crate uses a different subset
 
+pub mod cell_clients;
+pub mod cell_gateway;
+pub mod cell_store;
 pub mod client;
 pub mod contract;
 pub mod fault_checks;

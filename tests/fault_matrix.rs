@@ -1,8 +1,9 @@
 //! The fault matrix (issue 8 item 5): the store cut, stalled and reset mid-operation (PostgreSQL,
-//! Redis); the upstream refusing, resetting mid-body, slow and never answering; the gateway killed
-//! with `kill -9` while forwarding, then restarted on the same store. Every cell runs concurrent
-//! writers with rising tokens over a few keys, injects its fault mid-run, lifts it, and asserts
-//! I1, I2, I5 and I7 of DESIGN §1 — and that the gateway then serves a fresh accepted write.
+//! Redis); the upstream refusing, resetting mid-body, slow and never answering (every store); the
+//! gateway killed with `kill -9` while forwarding, then restarted on the same store (every store).
+//! Every cell runs concurrent writers with rising tokens over a few keys, injects its fault
+//! mid-run (while forwards are in flight, for store faults and kills), lifts it, and asserts I1,
+//! I2, I5 and I7 of DESIGN §1 — and that the gateway then serves a fresh accepted write.
 
 mod support;
 
@@ -40,8 +41,9 @@ const PROGRESS: usize = 6;
 const FAULT_HOLD: Duration = Duration::from_millis(700);
 /// Bounds on waiting for traffic, a restart or a recovery: they detect hangs, nothing else.
 const PROGRESS_BOUND: Duration = Duration::from_secs(30);
-/// The upstream's delay while the `kill -9` cells run, so forwards are in flight at the kill.
-const KILL_UPSTREAM_DELAY: Duration = Duration::from_millis(150);
+/// The upstream's delay in the store and `kill -9` cells, so forwards (and, on PostgreSQL, their
+/// per-key gate connections) are in flight when the fault hits.
+const IN_FLIGHT_DELAY: Duration = Duration::from_millis(150);
 /// How long the killed gateway stays down before it is restarted.
 const DOWN_FOR: Duration = Duration::from_millis(300);
 const SLOW: Duration = Duration::from_millis(300);
@@ -128,6 +130,10 @@ matrix! {
     postgres_upstream_reset_mid_body: Store::Postgres, Fault::Upstream(UpstreamFault::ResetMidBody);
     postgres_upstream_slow: Store::Postgres, Fault::Upstream(UpstreamFault::Slow(SLOW));
     postgres_upstream_never_answering: Store::Postgres, Fault::Upstream(UpstreamFault::NeverAnswer);
+    redis_upstream_refusing: Store::Redis, Fault::Upstream(UpstreamFault::Refuse);
+    redis_upstream_reset_mid_body: Store::Redis, Fault::Upstream(UpstreamFault::ResetMidBody);
+    redis_upstream_slow: Store::Redis, Fault::Upstream(UpstreamFault::Slow(SLOW));
+    redis_upstream_never_answering: Store::Redis, Fault::Upstream(UpstreamFault::NeverAnswer);
     embedded_gateway_kill_9_while_forwarding: Store::Embedded, Fault::Kill9;
     postgres_gateway_kill_9_while_forwarding: Store::Postgres, Fault::Kill9;
     redis_gateway_kill_9_while_forwarding: Store::Redis, Fault::Kill9;
@@ -175,8 +181,8 @@ async fn run_cell(name: &str, store: Store, fault: Fault) {
 
 async fn cell(name: &str, fault: Fault, backing: &Backing) {
     let upstream = FaultyUpstream::start().await;
-    if fault == Fault::Kill9 {
-        upstream.set(UpstreamFault::Slow(KILL_UPSTREAM_DELAY));
+    if matches!(fault, Fault::Kill9 | Fault::Store(_)) {
+        upstream.set(UpstreamFault::Slow(IN_FLIGHT_DELAY));
     }
     let route = route(&upstream, fault.store_timeout());
     let mut gateway = if fault == Fault::Kill9 {

@@ -2,8 +2,10 @@
 //! with an admin listener (its store read through the admin API), which can be killed with
 //! `kill -9` and started again on the same store.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::outcome::{exchange, Outcome};
 use super::{GatewayProcess, TestGateway};
@@ -46,11 +48,11 @@ impl Gateway {
         }
     }
 
-    /// The mark of `w:{key}` as the store has it.
-    pub async fn mark(&self, key: u64) -> Option<u64> {
+    /// The mark of `w:{key}` as the store has it; `Err` while the store does not answer.
+    pub async fn mark(&self, key: u64) -> Result<Option<u64>, String> {
         let name = format!("w:{key}");
         match self {
-            Gateway::InProcess(gw) => gw.store().current(&name).await.expect("store answers"),
+            Gateway::InProcess(gw) => gw.store().current(&name).await.map_err(|e| e.to_string()),
             Gateway::Process { admin, .. } => {
                 let url = format!("http://{admin}/admin/fences/{name}");
                 let auth = [("authorization", format!("Bearer {ADMIN_TOKEN}"))];
@@ -58,13 +60,41 @@ impl Gateway {
                     Outcome::Answered(answer) if answer.status == 200 => {
                         let json: serde_json::Value =
                             serde_json::from_slice(&answer.body).expect("admin JSON");
-                        Some(json["fence"].as_u64().expect("fence in the admin answer"))
+                        Ok(Some(
+                            json["fence"].as_u64().expect("fence in the admin answer"),
+                        ))
                     }
-                    Outcome::Answered(answer) if answer.status == 404 => None,
-                    other => panic!("admin read of {name}: {other:?}"),
+                    Outcome::Answered(answer) if answer.status == 404 => Ok(None),
+                    other => Err(format!("admin read of {name}: {other:?}")),
                 }
             }
             Gateway::Down => unreachable!("the gateway is restarted before it is used again"),
+        }
+    }
+
+    /// The marks of `keys`, read again while the store is still coming back, until `bound`.
+    pub async fn marks(
+        &self,
+        keys: impl Iterator<Item = u64> + Clone,
+        bound: Duration,
+    ) -> HashMap<u64, Option<u64>> {
+        let deadline = Instant::now() + bound;
+        loop {
+            let mut marks = HashMap::new();
+            let mut failed = None;
+            for key in keys.clone() {
+                match self.mark(key).await {
+                    Ok(mark) => {
+                        marks.insert(key, mark);
+                    }
+                    Err(e) => failed = Some(e),
+                }
+            }
+            match failed {
+                None => return marks,
+                Some(e) => assert!(Instant::now() < deadline, "marks unreadable: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 }

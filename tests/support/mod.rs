@@ -2,12 +2,18 @@
 //! binary as a child process, and a small HTTP client.
 #![allow(dead_code, unused_imports)] // each test crate uses a different subset
 
+pub mod cell_clients;
+pub mod cell_gateway;
+pub mod cell_store;
 pub mod client;
 pub mod contract;
+pub mod fault_checks;
+pub mod fault_upstream;
 pub mod gateway;
 pub mod history;
 pub mod intent_contract;
 pub mod leases;
+pub mod outcome;
 pub mod postgres;
 pub mod process;
 pub mod provider;

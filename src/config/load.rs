@@ -270,6 +270,31 @@ compare = "monotonic"
     }
 
     #[test]
+    fn server_limits_that_could_not_serve_are_rejected() {
+        for (line, field) in [
+            ("max_connections = 0", "server.max_connections"),
+            ("max_header_bytes = \"4KiB\"", "server.max_header_bytes"),
+            ("max_headers = 0", "server.max_headers"),
+        ] {
+            let text = GOOD.replace("[server]\n", &format!("[server]\n{line}\n"));
+            let message = parse(&text).unwrap_err().to_string();
+            assert!(message.contains("test.toml"), "{message}");
+            assert!(message.contains(field), "{message}");
+        }
+        let text = GOOD.replace(
+            "timeout = \"30s\"",
+            "timeout = \"30s\"\nmax_body = \"lots\"",
+        );
+        let message = parse(&text).unwrap_err().to_string();
+        assert!(message.contains("max_body"), "{message}");
+        let text = GOOD.replace(
+            "timeout = \"30s\"",
+            "timeout = \"30s\"\nmax_body = \"2MiB\"",
+        );
+        assert_eq!(parse(&text).expect("valid").routes[0].max_body, 2 << 20);
+    }
+
+    #[test]
     fn bad_duration_is_rejected() {
         let text = GOOD.replace("timeout = \"30s\"", "timeout = \"soon\"");
         let message = parse(&text).unwrap_err().to_string();

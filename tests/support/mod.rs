@@ -11,6 +11,7 @@ pub mod leases;
 pub mod postgres;
 pub mod process;
 pub mod provider;
+pub mod raw;
 pub mod redis;
 pub mod relay;
 pub mod upstream;

@@ -82,10 +82,15 @@ where
         let route = &routed.route;
         // Before the fence: a body the route would refuse must not advance the mark.
         if declared_length(&request).is_some_and(|length| length > route.max_body as u64) {
-            return refuse(GatewayError::BodyTooLarge {
+            metrics
+                .requests
+                .with_label_values(&[&route.name, "refused"])
+                .inc();
+            return future::ready(Err(GatewayError::BodyTooLarge {
                 route: route.name.clone(),
                 limit: route.max_body,
-            });
+            }))
+            .boxed();
         }
         // A chunked (or lying) body is cut off where it passes the limit; the proxy answers 413.
         request.body_mut().limit_to(route.max_body as u64);

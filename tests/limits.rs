@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use support::raw::exchange;
 use support::upstream::{Behavior, RecordingUpstream};
-use support::{send, TestGateway};
+use support::{send, send_h2, TestGateway};
 use tokio::net::TcpStream;
 
 const TOKEN: &str = "limits-admin-token-0123456789";
@@ -39,6 +39,20 @@ async fn a_declared_body_over_max_body_is_refused_before_the_fence_advances() {
     assert_eq!(passed.status, 200);
     assert_eq!(upstream.seen().len(), 1);
     assert_eq!(upstream.seen()[0].body_len, 1024);
+}
+
+#[tokio::test]
+async fn max_body_holds_for_http2_requests_too() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let gw = TestGateway::start(&route(&upstream.url())).await;
+    let too_big = "x".repeat(2048);
+    let refused = send_h2("POST", &gw.url("/inv/1"), &[("x-fence", "5")], &too_big).await;
+    assert_eq!(refused.status, 413);
+    assert_eq!(refused.problem_slug(), "body-too-large");
+    assert!(upstream.seen().is_empty());
+    let fits = send_h2("POST", &gw.url("/inv/1"), &[("x-fence", "3")], "small").await;
+    assert_eq!(fits.status, 200);
+    assert_eq!(upstream.seen().len(), 1);
 }
 
 #[tokio::test]

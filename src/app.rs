@@ -256,6 +256,8 @@ impl App {
             gateway,
             shutdown,
             self.config.server.shutdown_grace,
+            crate::server::ServerLimits::from_config(&self.config.server),
+            Arc::clone(&self.metrics),
         )
         .await;
         watcher.abort();

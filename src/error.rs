@@ -9,7 +9,7 @@ use crate::fence::TokenError;
 use crate::problem::Problem;
 use crate::proxy::ProxyBody;
 use crate::request_id::RequestId;
-use crate::route::RenderError;
+use crate::route::{PathRefusal, RenderError};
 use crate::store::StoreError;
 
 /// Header naming the key's high-water mark on a stale-fence refusal.
@@ -34,8 +34,8 @@ pub enum GatewayError {
     ReservedNotFound { path: String },
     #[error("method not allowed here; use {allow}")]
     MethodNotAllowed { allow: &'static str },
-    #[error("the path contains a dot segment (`.` or `..`), which could reach another resource upstream")]
-    DotSegment,
+    #[error("{0}")]
+    InvalidPath(PathRefusal),
     #[error("the claim path names no valid resource key")]
     BadClaimKey,
     #[error("route {route}: {error}")]
@@ -135,7 +135,9 @@ impl GatewayError {
                 "method-not-allowed",
                 "Method not allowed",
             ),
-            GatewayError::DotSegment => (StatusCode::BAD_REQUEST, "invalid-path", "Invalid path"),
+            GatewayError::InvalidPath(_) => {
+                (StatusCode::BAD_REQUEST, "invalid-path", "Invalid path")
+            }
             GatewayError::BadClaimKey | GatewayError::KeyUnavailable { .. } => (
                 StatusCode::BAD_REQUEST,
                 "invalid-resource-key",

@@ -7,8 +7,10 @@
 //! Following a request:
 //!
 //! - [`config`]: the TOML file's shape, loading and validation (`fencegate check-config`).
-//! - [`route`]: path patterns, resource-key templates and the compiled route table.
-//! - [`server`]: the listener — HTTP/1.1 and h2c, graceful drain on shutdown.
+//! - [`route`]: path checks (dot segments, encoded separators), path patterns, resource-key
+//!   templates and the compiled route table.
+//! - [`server`]: the listener — HTTP/1.1 and h2c, header and connection limits (a 503 refusal
+//!   over `max_connections`), graceful drain on shutdown.
 //! - [`request_id`]: `X-Request-Id` — kept from the client when sane, else generated; forwarded,
 //!   returned on every response and logged with every refusal.
 //! - [`gateway`]: the reserved `/_fencegate/` endpoints (claiming) and the request stack, assembled

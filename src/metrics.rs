@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
-    Encoder as _, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder as _, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 use crate::route::RouteTable;
@@ -29,6 +29,10 @@ pub struct Metrics {
     pub gate_wait: HistogramVec,
     pub inflight: IntGaugeVec,
     pub reloads: IntCounterVec,
+    /// Client connections answered 503 and closed because `max_connections` were open.
+    pub connections_refused: IntCounter,
+    /// Client connections open on the data-plane listener.
+    pub open_connections: IntGauge,
 }
 
 impl Metrics {
@@ -76,7 +80,25 @@ impl Metrics {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
+        let connections_refused = IntCounter::new(
+            "fencegate_connections_refused_total",
+            "Client connections refused (503, closed) because server.max_connections were open.",
+        )
+        .expect("valid counter definition");
+        registry
+            .register(Box::new(connections_refused.clone()))
+            .expect("metric names are distinct");
+        let open_connections = IntGauge::new(
+            "fencegate_open_connections",
+            "Client connections open on the data-plane listener.",
+        )
+        .expect("valid gauge definition");
+        registry
+            .register(Box::new(open_connections.clone()))
+            .expect("metric names are distinct");
         Arc::new(Metrics {
+            connections_refused,
+            open_connections,
             requests: counter(
                 "fencegate_requests_total",
                 "Requests answered, per route and outcome (forwarded, replayed, refused, failed).",

@@ -1,7 +1,11 @@
-//! The data-plane listener: accepts connections, speaks HTTP/1.1 and HTTP/2 (h2c with prior
-//! knowledge) on each, and on shutdown stops accepting and drains in-flight requests.
+//! The data-plane listener: accepts connections up to `max_connections` (refusing the rest with a
+//! 503), speaks HTTP/1.1 and HTTP/2 (h2c with prior knowledge) on each within the header limits,
+//! and on shutdown stops accepting and drains in-flight requests.
+
+mod refusal;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::Request;
@@ -10,15 +14,40 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use prometheus::IntGauge;
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt as _;
 
+use crate::config::ServerConfig;
 use crate::gateway::Gateway;
+use crate::metrics::Metrics;
 use crate::proxy::ClientAddr;
 
 /// How long a client may take to send a request head before its connection is closed
 /// (bounds slowloris-style connections).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Refusals being written at once; past this a connection over the limit is closed unanswered,
+/// so a connection flood cannot make the refusals themselves pile up.
+const MAX_CONCURRENT_REFUSALS: usize = 64;
+
+/// The listener's limits, from `[server]`.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    pub max_connections: usize,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+}
+
+impl ServerLimits {
+    pub fn from_config(server: &ServerConfig) -> ServerLimits {
+        ServerLimits {
+            max_connections: server.max_connections,
+            max_header_bytes: server.max_header_bytes,
+            max_headers: server.max_headers,
+        }
+    }
+}
 
 /// Serves `gateway` on `listener` until `shutdown` resolves, then drains for at most `grace`.
 pub async fn serve(
@@ -26,13 +55,23 @@ pub async fn serve(
     gateway: Gateway,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
+    limits: ServerLimits,
+    metrics: Arc<Metrics>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // hyper answers a head over these with 431 and closes (RFC 6585 §5).
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    builder.http2().timer(TokioTimer::new());
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(limits.max_header_bytes)
+        .max_headers(limits.max_headers);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let refusals = Arc::new(Semaphore::new(MAX_CONCURRENT_REFUSALS));
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -47,6 +86,18 @@ pub async fn serve(
                         continue;
                     }
                 };
+                let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+                    metrics.connections_refused.inc();
+                    tracing::debug!(%peer, "refused: max_connections are open");
+                    if let Ok(writer) = Arc::clone(&refusals).try_acquire_owned() {
+                        tokio::spawn(async move {
+                            refusal::refuse_connection(stream).await;
+                            drop(writer);
+                        });
+                    }
+                    continue;
+                };
+                let open = OpenConnection::new(permit, metrics.open_connections.clone());
                 let _ = stream.set_nodelay(true);
                 let client = ClientAddr::new(peer);
                 let service = gateway.clone().map_request(move |mut request: Request<Incoming>| {
@@ -61,6 +112,7 @@ pub async fn serve(
                     if let Err(e) = watched.await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
+                    drop(open);
                 });
             }
             () = &mut shutdown => break,
@@ -73,5 +125,28 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("shutdown grace period ended with requests still in flight");
+    }
+}
+
+/// One open client connection: holds its `max_connections` permit and counts itself in the
+/// open-connections gauge until it is dropped.
+struct OpenConnection {
+    _permit: OwnedSemaphorePermit,
+    gauge: IntGauge,
+}
+
+impl OpenConnection {
+    fn new(permit: OwnedSemaphorePermit, gauge: IntGauge) -> OpenConnection {
+        gauge.inc();
+        OpenConnection {
+            _permit: permit,
+            gauge,
+        }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.gauge.dec();
     }
 }

@@ -292,3 +292,46 @@ async fn probes_can_require_the_token_too() {
         assert_eq!(admin_get(&gw, probe).await.status, 200, "{probe}");
     }
 }
+
+#[tokio::test]
+async fn every_admin_endpoint_refuses_a_missing_or_wrong_token() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let admin = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\nprobes_require_token = true\n\n"
+    );
+    let gw = TestGateway::start_with_admin_toml(
+        &fenced_route("inv", &upstream.url(), "enforce", "monotonic"),
+        &admin,
+    )
+    .await;
+    let endpoints = [
+        ("GET", "/admin/fences/inv:1", ""),
+        ("PUT", "/admin/fences/inv:1", "{\"fence\": 99}"),
+        ("GET", "/admin/routes", ""),
+        ("GET", "/admin/intents", ""),
+        ("POST", "/admin/reload", ""),
+        ("GET", "/metrics", ""),
+        ("GET", "/healthz", ""),
+        ("GET", "/readyz", ""),
+    ];
+    let wrong = [
+        None,
+        Some("Bearer nope".to_owned()),
+        Some(format!("Bearer {TOKEN}x")),
+        Some(format!("Bearer {}", &TOKEN[..TOKEN.len() - 1])),
+        Some(format!("Basic {TOKEN}")),
+        Some(TOKEN.to_owned()),
+    ];
+    for (method, path, body) in endpoints {
+        for credential in &wrong {
+            let mut headers = vec![("content-type", "application/json")];
+            if let Some(credential) = credential {
+                headers.push(("authorization", credential.as_str()));
+            }
+            let reply = send(method, &gw.admin_url(path), &headers, body).await;
+            assert_eq!(reply.status, 401, "{method} {path} with {credential:?}");
+        }
+    }
+    // None of the refused calls did anything.
+    assert_eq!(admin_get(&gw, "/admin/fences/inv:1").await.status, 404);
+}

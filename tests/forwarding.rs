@@ -167,7 +167,12 @@ async fn a_256_mib_upload_streams_through_with_bounded_memory() {
     let dir = tempfile::tempdir().unwrap();
     let process = GatewayProcess::start(
         dir.path(),
-        &fenced_route("blobs", &upstream.url(), "enforce", "monotonic"),
+        // Above the default 10 MiB `max_body`.
+        &fenced_route("blobs", &upstream.url(), "enforce", "monotonic").replacen(
+            "[routes.fence]",
+            "max_body = \"1GiB\"\n\n[routes.fence]",
+            1,
+        ),
     );
     // Warm up: one small request so pools and buffers exist before measuring.
     assert_eq!(

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Config, ConfigError, StoreConfig};
+use super::{Config, ConfigError, StoreConfig, MIN_MAX_HEADER_BYTES};
 use crate::route::RouteTable;
 
 /// Reads, parses and validates the file at `path`.
@@ -37,6 +37,7 @@ fn validate(config: &Config, origin: &Path) -> Result<(), ConfigError> {
         field: format!("store.{field}"),
         message: message.to_owned(),
     };
+    validate_server(config, origin)?;
     if let Some(admin) = &config.admin {
         let admin_error = |field: &str, message: &str| ConfigError::Invalid {
             file: origin.to_owned(),
@@ -91,6 +92,39 @@ fn validate(config: &Config, origin: &Path) -> Result<(), ConfigError> {
             ));
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// The `[server]` limits: each must leave the listener able to serve at all.
+fn validate_server(config: &Config, origin: &Path) -> Result<(), ConfigError> {
+    let server = &config.server;
+    let server_error = |field: &str, message: String| ConfigError::Invalid {
+        file: origin.to_owned(),
+        route: None,
+        field: format!("server.{field}"),
+        message,
+    };
+    if server.max_connections == 0 {
+        return Err(server_error(
+            "max_connections",
+            "must be at least 1".to_owned(),
+        ));
+    }
+    if server.max_header_bytes < MIN_MAX_HEADER_BYTES {
+        return Err(server_error(
+            "max_header_bytes",
+            format!("must be at least {MIN_MAX_HEADER_BYTES} bytes (8KiB)"),
+        ));
+    }
+    if u32::try_from(server.max_header_bytes).is_err() {
+        return Err(server_error(
+            "max_header_bytes",
+            "must be under 4GiB".to_owned(),
+        ));
+    }
+    if server.max_headers == 0 {
+        return Err(server_error("max_headers", "must be at least 1".to_owned()));
     }
     Ok(())
 }
@@ -233,6 +267,31 @@ compare = "monotonic"
         );
         let message = parse(&text).unwrap_err().to_string();
         assert!(message.contains("pth"), "{message}");
+    }
+
+    #[test]
+    fn server_limits_that_could_not_serve_are_rejected() {
+        for (line, field) in [
+            ("max_connections = 0", "server.max_connections"),
+            ("max_header_bytes = \"4KiB\"", "server.max_header_bytes"),
+            ("max_headers = 0", "server.max_headers"),
+        ] {
+            let text = GOOD.replace("[server]\n", &format!("[server]\n{line}\n"));
+            let message = parse(&text).unwrap_err().to_string();
+            assert!(message.contains("test.toml"), "{message}");
+            assert!(message.contains(field), "{message}");
+        }
+        let text = GOOD.replace(
+            "timeout = \"30s\"",
+            "timeout = \"30s\"\nmax_body = \"lots\"",
+        );
+        let message = parse(&text).unwrap_err().to_string();
+        assert!(message.contains("max_body"), "{message}");
+        let text = GOOD.replace(
+            "timeout = \"30s\"",
+            "timeout = \"30s\"\nmax_body = \"2MiB\"",
+        );
+        assert_eq!(parse(&text).expect("valid").routes[0].max_body, 2 << 20);
     }
 
     #[test]

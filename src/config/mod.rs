@@ -58,6 +58,19 @@ pub const DEFAULT_POSTGRES_GATE_CONNECTIONS: u32 = 64;
 pub const DEFAULT_REDIS_KEY_PREFIX: &str = "fencegate:";
 /// The methods a route fences when it lists none: the unsafe ones of RFC 9110 §9.2.1.
 pub const DEFAULT_FENCED_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
+/// Largest request body a route forwards unless it says otherwise (413 above): generous for API
+/// writes, small enough that one client cannot tie up the upstream with an endless upload.
+pub const DEFAULT_MAX_BODY: usize = 10 * 1024 * 1024;
+/// Client connections served at once; more are answered 503 and closed. Well under a typical
+/// 65536 open-file limit, leaving room for upstream and store connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// Largest HTTP/1.1 request head (request line plus headers) and HTTP/2 header list; 431 above.
+/// Browsers and API clients stay well under 16 KiB; 64 KiB leaves room for large tokens.
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Smallest `max_header_bytes` accepted: hyper's HTTP/1.1 read buffer cannot be smaller.
+pub const MIN_MAX_HEADER_BYTES: usize = 8 * 1024;
+/// Most header fields in one HTTP/1.1 request; 431 above (hyper's own default).
+pub const DEFAULT_MAX_HEADERS: usize = 100;
 
 /// A whole configuration file.
 #[derive(Debug, Clone, Deserialize)]
@@ -107,6 +120,15 @@ pub struct ServerConfig {
     /// How often intent records past their retention are deleted (in batches).
     #[serde(default = "default_intent_prune_interval", with = "duration")]
     pub intent_prune_interval: Duration,
+    /// Client connections served at once; a connection over the limit is answered 503 and closed.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Largest request head (HTTP/1.1) or header list (HTTP/2), in bytes; 431 above.
+    #[serde(default = "default_max_header_bytes", with = "byte_size")]
+    pub max_header_bytes: usize,
+    /// Most header fields in one HTTP/1.1 request; 431 above.
+    #[serde(default = "default_max_headers")]
+    pub max_headers: usize,
 }
 
 /// `[store]`: where high-water marks live, chosen by `backend`.
@@ -235,6 +257,9 @@ pub struct RouteConfig {
     /// Send the client's `Host` upstream instead of the upstream's own authority.
     #[serde(default)]
     pub preserve_host: bool,
+    /// Largest request body forwarded; 413 above (at once when `Content-Length` says so).
+    #[serde(default = "default_max_body", with = "byte_size")]
+    pub max_body: usize,
     #[serde(default)]
     pub fence: FenceConfig,
     /// Idempotency keys and intent records for a provider that cannot be fenced.
@@ -376,6 +401,18 @@ fn default_store_check_interval() -> Duration {
 }
 fn default_state_dir() -> PathBuf {
     PathBuf::from(DEFAULT_STATE_DIR)
+}
+fn default_max_connections() -> usize {
+    DEFAULT_MAX_CONNECTIONS
+}
+fn default_max_header_bytes() -> usize {
+    DEFAULT_MAX_HEADER_BYTES
+}
+fn default_max_headers() -> usize {
+    DEFAULT_MAX_HEADERS
+}
+fn default_max_body() -> usize {
+    DEFAULT_MAX_BODY
 }
 fn default_upstream_timeout() -> Duration {
     DEFAULT_UPSTREAM_TIMEOUT

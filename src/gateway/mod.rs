@@ -21,7 +21,7 @@ use crate::fence::{Fence, FenceLayer};
 use crate::gate::{Gate, GateLayer, Gates};
 use crate::idempotency::{Idempotency, IdempotencyLayer};
 use crate::metrics::Metrics;
-use crate::proxy::{Proxy, ProxyBody, RequestBody};
+use crate::proxy::{strip_hop_by_hop_headers, Proxy, ProxyBody, RequestBody};
 use crate::reload::RouteSource;
 use crate::request_id::{assign_request_id, stamp_request_id};
 use crate::route::RESERVED_PREFIX;
@@ -83,6 +83,10 @@ impl Service<Request<Incoming>> for Gateway {
     }
 
     fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
+        // First of all: drop hop-by-hop headers and every header the client names in
+        // `Connection`, so a client cannot make the gateway strip, at the proxy, a header a layer
+        // set for the upstream (`Connection: Idempotency-Key`, `Connection: X-Request-Id`).
+        strip_hop_by_hop_headers(request.headers_mut());
         // Before the reserved/routed split, so both answer with the id and every layer (and the
         // upstream) sees it; not a layer, because the error-to-response step below needs it too.
         let request_id = assign_request_id(&mut request);

@@ -1,18 +1,19 @@
-//! `RoutingLayer` → `Routing<S>`: refuses paths with dot segments, finds the request's route
-//! (404 when none), and hands the match to the layers below as a request extension.
+//! `RoutingLayer` → `Routing<S>`: refuses malformed paths (400), finds the request's route (404
+//! when none), refuses a body its route cannot take (413), and hands the match to the layers
+//! below as a request extension.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures_util::future::{self, BoxFuture, FutureExt as _};
 use http::{Request, Response};
-use percent_encoding::percent_decode_str;
 use tower::{Layer, Service};
 
 use crate::error::{GatewayError, Origin};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, RequestBody};
 use crate::reload::RouteSource;
+use crate::route::check_path;
 
 #[derive(Clone)]
 pub struct RoutingLayer {
@@ -61,44 +62,66 @@ where
     fn call(&mut self, mut request: Request<RequestBody>) -> Self::Future {
         let path = request.uri().path();
         let metrics = Arc::clone(&self.metrics);
-        if has_dot_segment(path) {
+        let refuse = |error: GatewayError| {
             metrics
                 .requests
                 .with_label_values(&[NO_ROUTE, "refused"])
                 .inc();
-            return future::ready(Err(GatewayError::DotSegment)).boxed();
-        }
+            future::ready(Err(error)).boxed()
+        };
         // New requests match the table in force; the match keeps its route alive to the end.
-        match self.routes.current().find(path) {
-            Some(routed) => {
-                let route = routed.route.name.clone();
-                request.extensions_mut().insert(routed);
-                let inflight = metrics.inflight.with_label_values(&[&route]);
-                inflight.inc();
-                let answer = self.inner.call(request);
-                async move {
-                    let result = answer.await;
-                    inflight.dec();
-                    metrics
-                        .requests
-                        .with_label_values(&[&route, outcome_label(&result)])
-                        .inc();
-                    result
-                }
-                .boxed()
+        let found = check_path(path).and_then(|()| self.routes.current().find(path));
+        let routed = match found {
+            Ok(Some(routed)) => routed,
+            Ok(None) => {
+                let path = path.to_owned();
+                return refuse(GatewayError::NoRoute { path });
             }
-            None => {
-                metrics
-                    .requests
-                    .with_label_values(&[NO_ROUTE, "refused"])
-                    .inc();
-                future::ready(Err(GatewayError::NoRoute {
-                    path: path.to_owned(),
-                }))
-                .boxed()
-            }
+            Err(why) => return refuse(GatewayError::InvalidPath(why)),
+        };
+        let route = &routed.route;
+        // Before the fence: a body the route would refuse must not advance the mark.
+        if declared_length(&request).is_some_and(|length| length > route.max_body as u64) {
+            metrics
+                .requests
+                .with_label_values(&[&route.name, "refused"])
+                .inc();
+            return future::ready(Err(GatewayError::BodyTooLarge {
+                route: route.name.clone(),
+                limit: route.max_body,
+            }))
+            .boxed();
         }
+        // A chunked (or lying) body is cut off where it passes the limit; the proxy answers 413.
+        request.body_mut().limit_to(route.max_body as u64);
+        let route = route.name.clone();
+        request.extensions_mut().insert(routed);
+        let inflight = metrics.inflight.with_label_values(&[&route]);
+        inflight.inc();
+        let answer = self.inner.call(request);
+        async move {
+            let result = answer.await;
+            inflight.dec();
+            metrics
+                .requests
+                .with_label_values(&[&route, outcome_label(&result)])
+                .inc();
+            result
+        }
+        .boxed()
     }
+}
+
+/// The request's `Content-Length`, when it has one (hyper has already refused malformed or
+/// conflicting values).
+fn declared_length<B>(request: &Request<B>) -> Option<u64> {
+    request
+        .headers()
+        .get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 /// The `route` label of requests that matched no route.
@@ -111,34 +134,5 @@ pub fn outcome_label(result: &Result<Response<ProxyBody>, GatewayError>) -> &'st
         Ok(_) => "forwarded",
         Err(e) if e.origin() == Origin::Client => "refused",
         Err(_) => "failed",
-    }
-}
-
-/// Whether a path has a `.` or `..` segment, encoded or not. Upstreams normalise these away
-/// (RFC 3986 §5.2.4), so `/public/../invoices/7` could match an unfenced route here and write to a
-/// fenced resource there; such paths are refused instead.
-pub fn has_dot_segment(path: &str) -> bool {
-    // Most paths have neither a dot nor an escape: no segment can be a dot segment.
-    if !path.bytes().any(|b| b == b'.' || b == b'%') {
-        return false;
-    }
-    path.split('/').any(|segment| {
-        let decoded = percent_decode_str(segment).collect::<Vec<u8>>();
-        decoded == b"." || decoded == b".."
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::has_dot_segment;
-
-    #[test]
-    fn dot_segments_are_found_encoded_or_not() {
-        assert!(has_dot_segment("/a/../b"));
-        assert!(has_dot_segment("/a/./b"));
-        assert!(has_dot_segment("/a/%2e%2E/b"));
-        assert!(has_dot_segment("/a/.."));
-        assert!(!has_dot_segment("/a/..b/c"));
-        assert!(!has_dot_segment("/a/.well-known"));
     }
 }

@@ -117,7 +117,17 @@ where
     let (mut parts, body) = request.into_parts();
     let body = read_request(body, settings.max_request_body)
         .await
-        .map_err(|_| GatewayError::ClientBody)?
+        .map_err(|e| {
+            // Past the route's `max_body` (counted by the body itself): 413, not 400.
+            if crate::proxy::is_body_limit_exceeded(e.as_ref()) {
+                GatewayError::BodyTooLarge {
+                    route: route.name.clone(),
+                    limit: route.max_body,
+                }
+            } else {
+                GatewayError::ClientBody
+            }
+        })?
         .ok_or(GatewayError::BodyTooLarge {
             route: route.name.clone(),
             limit: settings.max_request_body,

@@ -20,22 +20,48 @@ pub type ProxyFuture = futures_util::future::BoxFuture<
 
 /// Every request body inside the gateway: the client's stream, or a body the gateway had to read
 /// whole (to fingerprint an idempotent request) and now replays. A named type rather than an alias
-/// of a boxed trait object, which keeps the layers' `Send` bounds simple for the compiler.
-pub struct RequestBody(BoxBody<Bytes, BoxError>);
+/// of a boxed trait object, which keeps the layers' `Send` bounds simple for the compiler. It
+/// counts the bytes it yields and fails with [`BodyLimitExceeded`] past the route's `max_body`, so
+/// a chunked upload cannot grow without bound (no extra allocation: two integers).
+pub struct RequestBody {
+    inner: BoxBody<Bytes, BoxError>,
+    limit: u64,
+    read: u64,
+}
+
+/// A request body grew past its route's `max_body`; the forward it fed is aborted (413).
+#[derive(Debug, thiserror::Error)]
+#[error("the request body is larger than {limit} bytes")]
+pub struct BodyLimitExceeded {
+    pub limit: u64,
+}
 
 impl RequestBody {
     /// The client's body, streamed.
     pub fn streamed(incoming: hyper::body::Incoming) -> RequestBody {
-        RequestBody(incoming.map_err(|e| -> BoxError { Box::new(e) }).boxed())
+        RequestBody::unlimited(incoming.map_err(|e| -> BoxError { Box::new(e) }).boxed())
     }
 
     /// A body already in memory.
     pub fn full(bytes: Bytes) -> RequestBody {
-        RequestBody(
+        RequestBody::unlimited(
             Full::new(bytes)
                 .map_err(|never| -> BoxError { match never {} })
                 .boxed(),
         )
+    }
+
+    fn unlimited(inner: BoxBody<Bytes, BoxError>) -> RequestBody {
+        RequestBody {
+            inner,
+            limit: u64::MAX,
+            read: 0,
+        }
+    }
+
+    /// From now on, fail once more than `limit` bytes in all have been yielded.
+    pub fn limit_to(&mut self, limit: u64) {
+        self.limit = limit;
     }
 }
 
@@ -47,16 +73,39 @@ impl http_body::Body for RequestBody {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
-        std::pin::Pin::new(&mut self.get_mut().0).poll_frame(cx)
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                this.read = this.read.saturating_add(data.len() as u64);
+                if this.read > this.limit {
+                    let exceeded = BodyLimitExceeded { limit: this.limit };
+                    return std::task::Poll::Ready(Some(Err(Box::new(exceeded))));
+                }
+            }
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.0.is_end_stream()
+        self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.0.size_hint()
+        self.inner.size_hint()
     }
+}
+
+/// Whether `error` (or an error it wraps) is a request body over its limit.
+pub fn is_body_limit_exceeded(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if e.is::<BodyLimitExceeded>() {
+            return true;
+        }
+        current = e.source();
+    }
+    false
 }
 
 /// A complete, in-memory body.

@@ -17,7 +17,7 @@ use tower::Service;
 use super::headers::{
     append_forwarded_headers, append_via, strip_hop_by_hop_headers, ClientNode, ForwardedFor,
 };
-use super::{ProxyBody, RequestBody};
+use super::{is_body_limit_exceeded, ProxyBody, RequestBody};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use crate::route::RouteMatch;
@@ -114,6 +114,13 @@ impl Service<Request<RequestBody>> for Proxy {
                         route: route.name.clone(),
                         after: route.timeout,
                     });
+                }
+                // The client's chunked body grew past `max_body`: the forward was aborted.
+                Ok(Err(source)) if is_body_limit_exceeded(&source) => {
+                    return Err(GatewayError::BodyTooLarge {
+                        route: route.name.clone(),
+                        limit: route.max_body,
+                    })
                 }
                 Ok(Err(source)) => {
                     return Err(GatewayError::UpstreamUnavailable {

@@ -6,7 +6,10 @@ mod forward;
 mod headers;
 mod target;
 
-pub use body::{full_body, BoxError, ProxyBody, ProxyFuture, RequestBody};
+pub use body::{
+    full_body, is_body_limit_exceeded, BodyLimitExceeded, BoxError, ProxyBody, ProxyFuture,
+    RequestBody,
+};
 pub use forward::{ClientAddr, Proxy, UpstreamClient, MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST};
 pub use headers::{
     append_forwarded_headers, append_via, strip_hop_by_hop_headers, ClientNode, ForwardedFor,

@@ -2,6 +2,8 @@
 
 use percent_encoding::percent_decode_str;
 
+use super::{PathRefusal, MAX_CAPTURE_LEN};
+
 /// One segment of a pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
@@ -107,42 +109,57 @@ impl PathPattern {
     }
 
     /// Matches a raw (still percent-encoded) request path; captured values are decoded. A capture
-    /// that is not UTF-8 once decoded does not match.
+    /// that is empty, longer than [`MAX_CAPTURE_LEN`] or not UTF-8 once decoded does not match.
     pub fn matches(&self, path: &str) -> Option<Captures> {
-        let mut rest = path.strip_prefix('/')?;
+        self.match_path(path).ok().flatten()
+    }
+
+    /// Matches a raw request path. `Err` when the path has this pattern's shape (its literals
+    /// match) but a capture is empty, oversized or not UTF-8 once decoded: the request was meant
+    /// for this route and is malformed, rather than meant for another route.
+    pub fn match_path(&self, path: &str) -> Result<Option<Captures>, PathRefusal> {
+        let Some(mut rest) = path.strip_prefix('/') else {
+            return Ok(None);
+        };
         let mut captures = Vec::new();
+        let mut refusal = None;
+        let mut capture = |name: &str, raw: &str, limit: usize| {
+            match check_capture(raw, limit) {
+                Ok(value) => captures.push((name.to_owned(), value)),
+                Err(why) => {
+                    refusal.get_or_insert(why);
+                }
+            };
+        };
         for (i, segment) in self.segments.iter().enumerate() {
             let last = i + 1 == self.segments.len();
             if let Segment::Rest(name) = segment {
-                if rest.is_empty() {
-                    return None;
-                }
-                captures.push((name.clone(), decode(rest)?));
-                return Some(Captures(captures));
+                capture(name, rest, usize::MAX);
+                rest = "";
+                break;
             }
             let (part, tail) = match rest.split_once('/') {
                 Some((part, tail)) if !last => (part, tail),
-                Some(_) => return None,
+                Some(_) => return Ok(None),
                 None if last => (rest, ""),
-                None => return None,
+                None => return Ok(None),
             };
             match segment {
                 Segment::Literal(text) => {
                     if part != text {
-                        return None;
+                        return Ok(None);
                     }
                 }
-                Segment::Param(name) => {
-                    if part.is_empty() {
-                        return None;
-                    }
-                    captures.push((name.clone(), decode(part)?));
-                }
-                Segment::Rest(_) => return None,
+                Segment::Param(name) => capture(name, part, MAX_CAPTURE_LEN),
+                Segment::Rest(_) => return Ok(None),
             }
             rest = tail;
         }
-        Some(Captures(captures))
+        debug_assert!(rest.is_empty());
+        match refusal {
+            Some(why) => Err(why),
+            None => Ok(Some(Captures(captures))),
+        }
     }
 }
 
@@ -167,11 +184,18 @@ fn parse_segment(part: &str) -> Result<Segment, PatternError> {
     Ok(Segment::Literal(part.to_owned()))
 }
 
-fn decode(raw: &str) -> Option<String> {
+/// A captured value, decoded, or why it cannot be one.
+fn check_capture(raw: &str, limit: usize) -> Result<String, PathRefusal> {
+    if raw.is_empty() {
+        return Err(PathRefusal::EmptySegment);
+    }
+    if raw.len() > limit {
+        return Err(PathRefusal::SegmentTooLong);
+    }
     percent_decode_str(raw)
         .decode_utf8()
-        .ok()
         .map(|s| s.into_owned())
+        .map_err(|_| PathRefusal::NotUtf8)
 }
 
 #[cfg(test)]
@@ -193,6 +217,26 @@ mod tests {
         let p = PathPattern::parse("/invoices/{id}").unwrap();
         assert_eq!(p.matches("/invoices/%37%32").unwrap().get("id"), Some("72"));
         assert!(p.matches("/invoices/%ff").is_none());
+    }
+
+    #[test]
+    fn malformed_captures_are_refusals_not_misses() {
+        let p = PathPattern::parse("/invoices/{id}/send").unwrap();
+        assert_eq!(
+            p.match_path("/invoices//send"),
+            Err(PathRefusal::EmptySegment)
+        );
+        assert_eq!(
+            p.match_path("/invoices/%ff/send"),
+            Err(PathRefusal::NotUtf8)
+        );
+        let long = format!("/invoices/{}/send", "x".repeat(MAX_CAPTURE_LEN + 1));
+        assert_eq!(p.match_path(&long), Err(PathRefusal::SegmentTooLong));
+        // Another shape is a miss, whatever its captures look like.
+        assert_eq!(p.match_path("/invoices//other"), Ok(None));
+        assert_eq!(p.match_path("/other/%ff/send"), Ok(None));
+        let rest = PathPattern::parse("/files/{*rest}").unwrap();
+        assert_eq!(rest.match_path("/files/"), Err(PathRefusal::EmptySegment));
     }
 
     #[test]

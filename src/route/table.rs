@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use http::{HeaderName, Method};
 
-use super::{Captures, KeyTemplate, PathPattern};
+use super::{Captures, KeyTemplate, PathPattern, PathRefusal};
 use crate::config::{
     Compare, FenceMode, OnStoreError, Ordering, RouteConfig, DEFAULT_FENCED_METHODS,
 };
@@ -27,6 +27,8 @@ pub struct CompiledRoute {
     pub timeout: Duration,
     pub trust_forwarded: bool,
     pub preserve_host: bool,
+    /// Largest request body forwarded (413 above).
+    pub max_body: usize,
     pub fence: FenceSettings,
     pub idempotency: Option<IdempotencySettings>,
     pub counters: RouteCounters,
@@ -84,14 +86,19 @@ impl RouteTable {
         Ok(RouteTable { routes })
     }
 
-    /// The first route whose pattern matches `path` (raw, without the query).
-    pub fn find(&self, path: &str) -> Option<RouteMatch> {
-        self.routes.iter().find_map(|route| {
-            route.pattern.matches(path).map(|captures| RouteMatch {
-                route: Arc::clone(route),
-                captures,
-            })
-        })
+    /// The first route whose pattern has the shape of `path` (raw, without the query): its
+    /// match, or why its captures are malformed. A malformed capture does not fall through to a
+    /// later route: the request was meant for this one.
+    pub fn find(&self, path: &str) -> Result<Option<RouteMatch>, PathRefusal> {
+        for route in &self.routes {
+            if let Some(captures) = route.pattern.match_path(path)? {
+                return Ok(Some(RouteMatch {
+                    route: Arc::clone(route),
+                    captures,
+                }));
+            }
+        }
+        Ok(None)
     }
 
     pub fn routes(&self) -> impl Iterator<Item = &Arc<CompiledRoute>> {
@@ -166,6 +173,7 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
         timeout: config.timeout,
         trust_forwarded: config.trust_forwarded,
         preserve_host: config.preserve_host,
+        max_body: config.max_body,
         fence: FenceSettings {
             header,
             mode: config.fence.mode,

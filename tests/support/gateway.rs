@@ -64,6 +64,19 @@ impl TestGateway {
         gateway
     }
 
+    /// Starts a gateway whose `[server]` table also has `server_options` (TOML lines).
+    pub async fn start_with_server_options(server_options: &str, routes_toml: &str) -> TestGateway {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let text = config_text(temp.path(), "127.0.0.1:0", routes_toml).replacen(
+            "[server]\n",
+            &format!("[server]\n{server_options}\n"),
+            1,
+        );
+        let mut gateway = TestGateway::start_text(temp.path(), &text, None).await;
+        gateway._temp = Some(temp);
+        gateway
+    }
+
     pub fn admin_url(&self, path: &str) -> String {
         format!("http://{}{}", self.admin.expect("admin listener"), path)
     }

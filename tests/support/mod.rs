@@ -17,6 +17,7 @@ pub mod outcome;
 pub mod postgres;
 pub mod process;
 pub mod provider;
+pub mod raw;
 pub mod redis;
 pub mod relay;
 pub mod upstream;

@@ -1,0 +1,308 @@
+//! Malformed HTTP written byte for byte to a real gateway in front of a recording upstream.
+//!
+//! 27 cases. Refused with a 4xx, nothing forwarded, the gateway still serving afterwards (24):
+//! hyper's parser answers 400 (or 431) and closes for two different `Content-Length`s, a
+//! `Content-Length` list with two values, a signed `Content-Length`, a `Transfer-Encoding` that is
+//! not chunked, `Transfer-Encoding` on HTTP/1.0, obsolete line folding, a space before a header's
+//! colon, a NUL byte in a header value, a head over `max_header_bytes` (431), a raw non-UTF-8 byte
+//! in the path and one in a header name; the gateway's router answers 400 `invalid-path` for
+//! `/../`, `/%2e%2e/`, `/.%2E/`, `/./`, `..%2F`, `..%5C`, a raw backslash, an encoded slash in a
+//! key segment, `%00`, an empty key segment, a 600-byte key segment and a key segment that is not
+//! UTF-8 once decoded; the fence answers 400 for a non-UTF-8 `X-Fence`.
+//!
+//! Smuggling attempts (3), answered but never turned into a second upstream request: a request
+//! with both `Content-Length` and `Transfer-Encoding: chunked`, in either order, is framed by
+//! `Transfer-Encoding` (hyper drops the `Content-Length`, as RFC 9112 §6.3 tells an intermediary
+//! to) and its connection is closed after the answer, so the request hidden behind it is never
+//! read; the gateway cannot refuse it with a 400 because hyper removes the conflicting
+//! `Content-Length` before the gateway sees the request. A request hidden inside a body is
+//! forwarded as that body and nothing else.
+
+mod support;
+
+use support::raw::exchange;
+use support::upstream::{Behavior, RecordingUpstream};
+use support::{send, TestGateway};
+
+/// The routes under test: a fenced one, and an unfenced catch-all a path escape would aim from.
+fn routes(upstream: &str) -> String {
+    format!(
+        "[[routes]]\nname = \"inv\"\npath = \"/inv/{{id}}\"\nupstream = \"{upstream}\"\nresource_key = \"inv:{{id}}\"\n\n\
+         [[routes]]\nname = \"public\"\npath = \"/public/{{*rest}}\"\nupstream = \"{upstream}\"\n\n[routes.fence]\nmode = \"off\"\n\n"
+    )
+}
+
+/// A `POST` with the given target and extra header lines, closing the connection after it.
+fn post(target: &[u8], headers: &[u8]) -> Vec<u8> {
+    let mut request = b"POST ".to_vec();
+    request.extend_from_slice(target);
+    request.extend_from_slice(b" HTTP/1.1\r\nHost: gw\r\nX-Fence: 1\r\nConnection: close\r\n");
+    request.extend_from_slice(headers);
+    request.extend_from_slice(b"\r\n");
+    request
+}
+
+struct Case {
+    name: &'static str,
+    request: Vec<u8>,
+    status: u16,
+    /// The problem type the gateway answers with, when the gateway (not hyper) refuses.
+    slug: Option<&'static str>,
+}
+
+fn refused_cases() -> Vec<Case> {
+    let case = |name, request, status, slug| Case {
+        name,
+        request,
+        status,
+        slug,
+    };
+    let long_segment = format!("/inv/{}", "k".repeat(600));
+    let big_header = format!("X-Padding: {}\r\n", "p".repeat(9 * 1024));
+    vec![
+        case(
+            "two different Content-Lengths",
+            post(b"/inv/1", b"Content-Length: 3\r\nContent-Length: 4\r\n"),
+            400,
+            None,
+        ),
+        case(
+            "a Content-Length list",
+            post(b"/inv/1", b"Content-Length: 3, 4\r\n"),
+            400,
+            None,
+        ),
+        case(
+            "a signed Content-Length",
+            post(b"/inv/1", b"Content-Length: +3\r\n"),
+            400,
+            None,
+        ),
+        case(
+            "Transfer-Encoding that is not chunked",
+            post(b"/inv/1", b"Transfer-Encoding: gzip\r\n"),
+            400,
+            None,
+        ),
+        case(
+            "Transfer-Encoding on HTTP/1.0",
+            b"POST /inv/1 HTTP/1.0\r\nX-Fence: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+                .to_vec(),
+            400,
+            None,
+        ),
+        case(
+            "obsolete line folding",
+            post(b"/inv/1", b"X-Note: one\r\n two\r\n"),
+            400,
+            None,
+        ),
+        case(
+            "a space before the colon",
+            post(b"/inv/1", b"X-Note : one\r\n"),
+            400,
+            None,
+        ),
+        case(
+            "a NUL byte in a header value",
+            post(b"/inv/1", b"X-Note: a\x00b\r\n"),
+            400,
+            None,
+        ),
+        case(
+            "a head over max_header_bytes",
+            post(b"/inv/1", big_header.as_bytes()),
+            431,
+            None,
+        ),
+        case(
+            "a raw non-UTF-8 byte in the path",
+            post(b"/inv/\xff\xfe", b""),
+            400,
+            None,
+        ),
+        case(
+            "a non-UTF-8 header name",
+            post(b"/inv/1", b"X-\xffName: 1\r\n"),
+            400,
+            None,
+        ),
+        case(
+            "a dot-dot segment",
+            post(b"/public/../inv/1", b""),
+            400,
+            Some("invalid-path"),
+        ),
+        case(
+            "an encoded dot-dot segment",
+            post(b"/public/%2e%2e/inv/1", b""),
+            400,
+            Some("invalid-path"),
+        ),
+        case(
+            "a half-encoded dot-dot segment",
+            post(b"/public/.%2E/inv/1", b""),
+            400,
+            Some("invalid-path"),
+        ),
+        case(
+            "a dot segment",
+            post(b"/public/./x", b""),
+            400,
+            Some("invalid-path"),
+        ),
+        case(
+            "dot-dot and an encoded slash",
+            post(b"/public/..%2Finv%2F1", b""),
+            400,
+            Some("invalid-path"),
+        ),
+        case(
+            "dot-dot and an encoded backslash",
+            post(b"/public/..%5Cinv%5C1", b""),
+            400,
+            Some("invalid-path"),
+        ),
+        case(
+            "a raw backslash",
+            post(b"/public/..\\inv\\1", b""),
+            400,
+            Some("invalid-path"),
+        ),
+        case(
+            "an encoded slash in a key segment",
+            post(b"/inv/a%2Fb", b""),
+            400,
+            Some("invalid-path"),
+        ),
+        case(
+            "an encoded NUL",
+            post(b"/inv/a%00", b""),
+            400,
+            Some("invalid-path"),
+        ),
+        case(
+            "an empty key segment",
+            post(b"/inv/", b""),
+            400,
+            Some("invalid-path"),
+        ),
+        case(
+            "an oversized key segment",
+            post(long_segment.as_bytes(), b""),
+            400,
+            Some("invalid-path"),
+        ),
+        case(
+            "a key segment that is not UTF-8 decoded",
+            post(b"/inv/%ff%fe", b""),
+            400,
+            Some("invalid-path"),
+        ),
+        case(
+            "a non-UTF-8 fencing token",
+            post(b"/inv/1", b"X-Fence: \xff\r\n"),
+            400,
+            Some("invalid-fence"),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn malformed_requests_are_refused_and_never_forwarded() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let gw = TestGateway::start_with_server_options(
+        "max_header_bytes = \"8KiB\"",
+        &routes(&upstream.url()),
+    )
+    .await;
+    let cases = refused_cases();
+    assert_eq!(cases.len(), 24);
+    for (i, case) in cases.iter().enumerate() {
+        let answer = exchange(gw.addr, &case.request).await;
+        assert_eq!(
+            answer.statuses(),
+            [case.status],
+            "{}: one answer, {}; got {:?}",
+            case.name,
+            case.status,
+            answer.text()
+        );
+        if let Some(slug) = case.slug {
+            assert!(
+                answer.text().contains(&format!("/problems/{slug}\"")),
+                "{}: a {slug} problem; got {:?}",
+                case.name,
+                answer.text()
+            );
+        }
+        assert_eq!(
+            upstream.seen().len(),
+            i,
+            "{}: nothing reached the upstream",
+            case.name
+        );
+        // The gateway still serves: a normal request on a fresh connection is forwarded.
+        let probe = send("POST", &gw.url("/inv/probe"), &[("x-fence", "1")], "").await;
+        assert_eq!(probe.status, 200, "{}: the gateway still serves", case.name);
+        assert_eq!(upstream.seen().len(), i + 1);
+        assert_eq!(upstream.seen()[i].target, "/inv/probe");
+    }
+}
+
+/// A chunked body of `payload`, then a whole second request the upstream must never see.
+fn smuggled_after(head: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut request = head.to_vec();
+    request.extend_from_slice(format!("{:x}\r\n", payload.len()).as_bytes());
+    request.extend_from_slice(payload);
+    request.extend_from_slice(b"\r\n0\r\n\r\n");
+    request.extend_from_slice(
+        b"POST /inv/smuggled HTTP/1.1\r\nHost: gw\r\nX-Fence: 1\r\nContent-Length: 0\r\n\r\n",
+    );
+    request
+}
+
+#[tokio::test]
+async fn content_length_with_transfer_encoding_cannot_smuggle_a_request() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let gw = TestGateway::start(&routes(&upstream.url())).await;
+    let heads: [&[u8]; 2] = [
+        b"POST /inv/1 HTTP/1.1\r\nHost: gw\r\nX-Fence: 1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"POST /inv/2 HTTP/1.1\r\nHost: gw\r\nX-Fence: 1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+    ];
+    for (i, head) in heads.iter().enumerate() {
+        // No `Connection: close`: hyper closes on its own after a CL+TE request; were it to keep
+        // the connection open, `exchange` would fail waiting for the close.
+        let answer = exchange(gw.addr, &smuggled_after(head, b"hello")).await;
+        assert_eq!(answer.statuses(), [200], "{:?}", answer.text());
+        let seen = upstream.seen();
+        assert_eq!(seen.len(), i + 1, "exactly one request forwarded");
+        let forwarded = &seen[i];
+        assert_eq!(forwarded.target, format!("/inv/{}", i + 1));
+        // Framed by Transfer-Encoding: the whole chunked body, not the 3 bytes CL claimed.
+        assert_eq!(forwarded.body_len, 5);
+        assert_ne!(forwarded.header("content-length"), Some("3"));
+    }
+    assert!(upstream.seen_under("/inv/smuggled").is_empty());
+}
+
+#[tokio::test]
+async fn a_request_hidden_in_a_body_stays_a_body() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let gw = TestGateway::start(&routes(&upstream.url())).await;
+    let hidden =
+        b"POST /inv/smuggled HTTP/1.1\r\nHost: gw\r\nX-Fence: 1\r\nContent-Length: 0\r\n\r\n";
+    let mut request = format!(
+        "POST /inv/1 HTTP/1.1\r\nHost: gw\r\nX-Fence: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        hidden.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(hidden);
+    let answer = exchange(gw.addr, &request).await;
+    assert_eq!(answer.statuses(), [200], "{:?}", answer.text());
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].target, "/inv/1");
+    assert_eq!(seen[0].body_len, hidden.len() as u64);
+    assert!(upstream.seen_under("/inv/smuggled").is_empty());
+}

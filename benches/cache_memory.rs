@@ -8,6 +8,10 @@ use std::hint::black_box;
 
 use fencegate::store::MarkCache;
 
+/// The allocator the `fencegate` binary uses, so the figure is the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Resident bytes of this process, from `/proc/self/statm` (pages × page size).
 fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;

@@ -291,6 +291,7 @@ for round in $(seq 1 "$ROUNDS"); do
         line=$(run "http://127.0.0.1:${port[${path#idem-}]}/payouts/1" "$work/unique.lua") ;;
       *-*-*)
         IFS=- read -r shape ordering backend <<<"$path"
+        CPU_PIDS=${gateway_pid[$backend]}
         prefix=/invoices/
         [ "$ordering" = none ] && prefix=/unordered/
         line=$(run "http://127.0.0.1:${port[$backend]}$prefix" "$work/$( [ "$shape" = hot ] && echo hot || echo advance ).lua" "$prefix") ;;
@@ -316,4 +317,6 @@ for path in $paths; do
   cpu=$(awk 'NF && $5 != "-" {print $5}' <<<"$rows" | median)
   ratio=$(awk -v a="$rps" -v b="$base" 'BEGIN {if (b > 0) printf "%.2f", a / b; else printf "-"}')
   echo "| $path | $rps | $ratio | $p50 | $p99 | $bad | ${cpu:--} |"
+  # Machine-readable medians for benches/run.sh.
+  [ -n "${RESULTS:-}" ] && echo "$path ${rps:-0} ${p50:--} ${p99:--} $bad ${cpu:--}" >>"$RESULTS"
 done

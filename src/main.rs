@@ -8,6 +8,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc instead of the system allocator: a proxied request makes a few dozen small
+/// allocations (header maps, boxed futures, buffers), and glibc's malloc and free were about 15%
+/// of the instructions of a passthrough request under callgrind.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A fencing-aware HTTP reverse proxy: stale lock holders cannot write.
 #[derive(Parser)]
 #[command(name = "fencegate", version, about)]

@@ -153,6 +153,11 @@ impl FenceStore for EmbeddedStore {
     fn backend(&self) -> &'static str {
         BACKEND
     }
+
+    /// The file is opened with an exclusive lock: no other process can write it.
+    fn exclusive(&self) -> bool {
+        true
+    }
 }
 
 impl IntentStore for EmbeddedStore {

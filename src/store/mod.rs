@@ -72,6 +72,12 @@ pub trait FenceStore: Send + Sync + 'static {
     fn close(&self) -> StoreFuture<'_, ()>;
     /// Short backend name for logs and metrics.
     fn backend(&self) -> &'static str;
+    /// Whether this process is the store's only writer (the embedded store holds an exclusive
+    /// lock on its file). Every advance then passes through this process's `CheckedStore`, so
+    /// its cache holds a key's exact mark, not only a lower bound.
+    fn exclusive(&self) -> bool {
+        false
+    }
 }
 
 /// The comparison rule of DESIGN §2, shared by every backend.

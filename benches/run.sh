@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Every row of the performance targets (issue 7) from one run on this machine, written to
+# BENCHMARKS.md (replaced, not appended) with the date, the machine and the command.
+#
+#   benches/run.sh                  # ROUNDS (default 3) rounds of SECS (default 5) s per path
+#
+# Each table below is one benches/fenced-writes.sh run: the paths of a table alternate within
+# each round (A B A B) and every figure is the median of the rounds. Needs PostgreSQL and Redis
+# (started by scripts/ensure-services.sh when installed); installs wrk and nginx-light if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+export ROUNDS=${ROUNDS:-3} SECS=${SECS:-5}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+cargo build --release --locked --quiet --bin fencegate
+
+# table NAME CONNS BACKENDS PATHS: one side-by-side run, its markdown kept in $work/NAME.md and its
+# medians in $work/NAME.txt ("path req/s p50 p99 non2xx cpu_us").
+table() {
+  local name=$1 conns=$2 backends=$3 paths=$4
+  echo "== $name: c=$conns, paths: $paths" >&2
+  RESULTS="$work/$name.txt" CONNS=$conns BACKENDS=$backends PATHS=$paths \
+    benches/fenced-writes.sh >"$work/$name.md"
+}
+
+table proxy 128 embedded "direct nginx passthrough"
+table stores 64 "embedded postgres redis" \
+  "passthrough fenced-embedded fenced-postgres fenced-redis pgbench-upsert stale-embedded idem-embedded"
+table ordering 64 "embedded postgres" \
+  "spread-serialize-embedded spread-none-embedded spread-serialize-postgres spread-none-postgres"
+table latency 1 embedded "passthrough fenced-embedded"
+
+# One fsync on this disk (the embedded store's durability cost at c=1): 500 O_DSYNC 4 KiB writes
+# in the directory the benchmarks keep their stores in.
+fsync_us=$(dd if=/dev/zero of="$work/fsync.probe" bs=4k count=500 oflag=dsync 2>&1 |
+  awk '/copied/ {for (i = 1; i <= NF; i++) if ($i ~ /^s,?$/) secs = $(i-1); print secs * 1000000 / 500}')
+memory=$(cargo bench --locked --quiet --bench cache_memory 2>/dev/null | grep '^cache_memory:' || echo "cache_memory: not measured")
+
+# field TABLE PATH COLUMN (2 = req/s, 3 = p50, 4 = p99, 5 = non-2xx, 6 = CPU µs/request)
+field() { awk -v p="$2" -v c="$3" '$1 == p {print $c}' "$work/$1.txt"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}'; }
+verdict() { awk -v v="$1" -v t="$2" -v dir="${3:-ge}" 'BEGIN {ok = (dir == "ge") ? v >= t : v <= t; print ok ? "holds" : "**misses**"}'; }
+
+pass=$(field stores passthrough 2)
+nginx=$(field proxy nginx 2)
+proxy_pass=$(field proxy passthrough 2)
+r_proxy=$(ratio "$proxy_pass" "$nginx")
+p99_fg=$(field proxy passthrough 4)
+p99_nginx=$(field proxy nginx 4)
+r_embedded=$(ratio "$(field stores fenced-embedded 2)" "$pass")
+r_postgres=$(ratio "$(field stores fenced-postgres 2)" "$pass")
+r_pg_upsert=$(ratio "$(field stores fenced-postgres 2)" "$(field stores pgbench-upsert 2)")
+r_redis=$(ratio "$(field stores fenced-redis 2)" "$pass")
+r_stale=$(ratio "$(field stores stale-embedded 2)" "$pass")
+idem=$(field stores idem-embedded 2)
+r_idem=$(ratio "$idem" 10500)
+r_order_e=$(ratio "$(field ordering spread-serialize-embedded 2)" "$(field ordering spread-none-embedded 2)")
+r_order_p=$(ratio "$(field ordering spread-serialize-postgres 2)" "$(field ordering spread-none-postgres 2)")
+cpu_fg=$(field proxy passthrough 6)
+cpu_nginx=$(field proxy nginx 6)
+lat_pass=$(field latency passthrough 3)
+lat_fenced=$(field latency fenced-embedded 3)
+lat_extra=$(awk -v a="$lat_fenced" -v b="$lat_pass" 'BEGIN {printf "%.0f", a - b}')
+lat_budget=$(awk -v f="$fsync_us" 'BEGIN {printf "%.0f", f + 100}')
+bytes_per_key=$(sed -n 's/.*: \([0-9]*\) bytes per key/\1/p' <<<"$memory")
+bytes_per_key=${bytes_per_key:-0}
+mib_million=$(awk -v b="$bytes_per_key" 'BEGIN {printf "%.0f", b * 1000000 / 1048576}')
+
+{
+  echo "# Benchmarks"
+  echo
+  echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)),"
+  echo "$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) RAM, by \`benches/run.sh\` (ROUNDS=$ROUNDS, SECS=$SECS), commit $(git rev-parse --short HEAD)."
+  echo "Load: wrk -t1 on loopback; upstream: nginx \`return 200\` (keep-alive); every figure is the median of"
+  echo "$ROUNDS rounds in which the paths of one table alternate. The machine is a shared VM: compare the"
+  echo "ratios (measured side by side), not the absolute figures, with other runs."
+  echo
+  echo "## Targets"
+  echo
+  echo "| target | measured | verdict |"
+  echo "|---|---|---|"
+  echo "| passthrough c=128 ≥ 1.1× nginx proxy_pass | $proxy_pass vs $nginx req/s = ${r_proxy}× | $(verdict "$r_proxy" 1.1) |"
+  echo "| passthrough p99 ≤ nginx's | $p99_fg µs vs $p99_nginx µs | $(verdict "$p99_fg" "$p99_nginx" le) |"
+  echo "| fenced writes, embedded (durable, every token a new advance) ≥ 0.6× passthrough | ${r_embedded}× | $(verdict "$r_embedded" 0.6) |"
+  echo "| fenced writes, PostgreSQL ≥ 0.5× passthrough | ${r_postgres}× | $(verdict "$r_postgres" 0.5) |"
+  echo "| fenced writes, PostgreSQL ≥ 2× one INSERT … ON CONFLICT per request (pgbench, same c) | ${r_pg_upsert}× | $(verdict "$r_pg_upsert" 2) |"
+  echo "| fenced writes, Redis ≥ 0.7× passthrough | ${r_redis}× | $(verdict "$r_redis" 0.7) |"
+  echo "| stale writes refused from the cache ≥ 1.5× passthrough | ${r_stale}× | $(verdict "$r_stale" 1.5) |"
+  echo "| idempotent writes, unique keys, embedded ≥ 3× 10.5k req/s | $idem req/s = ${r_idem}× | $(verdict "$r_idem" 3) |"
+  echo "| serialize / none on 10,000 keys, embedded ≥ 0.9 | ${r_order_e} | $(verdict "$r_order_e" 0.9) |"
+  echo "| serialize / none on 10,000 keys, PostgreSQL ≥ 0.9 | ${r_order_p} | $(verdict "$r_order_p" 0.9) |"
+  echo "| CPU per passthrough request below nginx's | $cpu_fg µs vs $cpu_nginx µs | $(verdict "$cpu_fg" "$cpu_nginx" le) |"
+  echo "| c=1 fenced write (embedded) ≤ one fsync + 100 µs over passthrough | +$lat_extra µs (p50), budget $lat_budget µs (fsync $(printf '%.0f' "$fsync_us") µs) | $(verdict "$lat_extra" "$lat_budget" le) |"
+  echo "| memory per cached key ≤ 200 bytes; 1M keys < 256 MiB | $bytes_per_key bytes per key, ≈ $mib_million MiB per million | $(verdict "$bytes_per_key" 200 le) |"
+  echo
+  echo "## Proxy path (c=128)"
+  cat "$work/proxy.md"
+  echo
+  echo "## Stores (c=64)"
+  echo
+  echo "\`pgbench-upsert\` is pgbench at the same concurrency running one \`INSERT … ON CONFLICT … DO UPDATE … WHERE\`"
+  echo "per transaction against the same PostgreSQL (no HTTP): its req/s column is transactions/s and its p50"
+  echo "column pgbench's average latency. \`stale-embedded\` requests all get 409 from the cache (counted as non-2xx)."
+  cat "$work/stores.md"
+  echo
+  echo "## Ordering (c=64, 10,000 keys)"
+  cat "$work/ordering.md"
+  echo
+  echo "## Latency at c=1"
+  cat "$work/latency.md"
+  echo
+  echo "One fsync (O_DSYNC 4 KiB write, same disk): $(printf '%.0f' "$fsync_us") µs."
+  echo
+  echo "## Memory"
+  echo
+  echo "\`cargo bench --bench cache_memory\`: $memory"
+} >BENCHMARKS.md
+echo "BENCHMARKS.md written" >&2
+sed -n '/## Targets/,/## Proxy/p' BENCHMARKS.md

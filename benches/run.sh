@@ -86,7 +86,7 @@ mib_million=$(awk -v b="$bytes_per_key" 'BEGIN {printf "%.0f", b * 1000000 / 104
   echo "| passthrough p99 ≤ nginx's | $p99_fg µs vs $p99_nginx µs | $(verdict "$p99_fg" "$p99_nginx" le) |"
   echo "| fenced writes, embedded (durable, every token a new advance) ≥ 0.6× passthrough | ${r_embedded}× | $(verdict "$r_embedded" 0.6) |"
   echo "| fenced writes, PostgreSQL ≥ 0.5× passthrough | ${r_postgres}× | $(verdict "$r_postgres" 0.5) |"
-  echo "| fenced writes, PostgreSQL ≥ 2× one INSERT … ON CONFLICT per request (pgbench, same c) | ${r_pg_upsert}× | $(verdict "$r_pg_upsert" 2) |"
+  echo "| fenced writes, PostgreSQL ≥ 2× one INSERT … ON CONFLICT per request (pgbench, ${PGBENCH_CLIENTS:-32} clients) | ${r_pg_upsert}× | $(verdict "$r_pg_upsert" 2) |"
   echo "| fenced writes, Redis ≥ 0.7× passthrough | ${r_redis}× | $(verdict "$r_redis" 0.7) |"
   echo "| stale writes refused from the cache ≥ 1.5× passthrough | ${r_stale}× | $(verdict "$r_stale" 1.5) |"
   echo "| idempotent writes, unique keys, embedded ≥ 3× 10.5k req/s | $idem req/s = ${r_idem}× | $(verdict "$r_idem" 3) |"
@@ -101,7 +101,7 @@ mib_million=$(awk -v b="$bytes_per_key" 'BEGIN {printf "%.0f", b * 1000000 / 104
   echo
   echo "## Stores (c=64)"
   echo
-  echo "\`pgbench-upsert\` is pgbench at the same concurrency running one \`INSERT … ON CONFLICT … DO UPDATE … WHERE\`"
+  echo "\`pgbench-upsert\` is pgbench with ${PGBENCH_CLIENTS:-32} clients running one \`INSERT … ON CONFLICT … DO UPDATE … WHERE\`"
   echo "per transaction against the same PostgreSQL (no HTTP): its req/s column is transactions/s and its p50"
   echo "column pgbench's average latency. \`stale-embedded\` requests all get 409 from the cache (counted as non-2xx)."
   cat "$work/stores.md"

@@ -1,11 +1,12 @@
-//! The cross-replica gate on PostgreSQL: a transaction-scoped advisory lock on a 64-bit hash of
-//! the key, held on a dedicated connection for the length of the forward. If the gateway dies,
-//! its connection closes, the transaction ends and the gate opens by itself.
+//! The cross-replica gate on PostgreSQL: a session-level advisory lock on a 64-bit hash of the
+//! key, held on a dedicated connection for the length of the forward. If the gateway dies, its
+//! connection closes, the session ends and the gate opens by itself.
 
 use std::time::Duration;
 
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::{Postgres, Transaction};
+use sqlx::Postgres;
 
 use crate::config::PostgresStoreConfig;
 use crate::store::StoreError;
@@ -30,13 +31,28 @@ pub enum SharedGateError {
     Store(#[from] StoreError),
 }
 
-/// An open transaction holding the key's advisory lock; committing (on drop) opens the gate.
+/// A key's shared gate, held: a session-level advisory lock on a pooled connection. Dropping it
+/// unlocks in the background; a connection whose unlock fails, or that cannot be unlocked, is
+/// closed instead of going back to the pool, and closing a session releases its locks.
 pub struct SharedPass {
-    transaction: Option<Transaction<'static, Postgres>>,
+    connection: Option<PoolConnection<Postgres>>,
+    lock: i64,
+}
+
+/// A connection whose lock statement has not answered yet. If the wait is abandoned (the request
+/// went away), the statement may still take the lock on the server: such a connection is closed,
+/// never pooled, so no pooled session can hold a lock nobody will release.
+struct Unconfirmed(Option<PoolConnection<Postgres>>);
+
+impl Drop for Unconfirmed {
+    fn drop(&mut self) {
+        if let Some(mut connection) = self.0.take() {
+            connection.close_on_drop();
+        }
+    }
 }
 
 impl PostgresGate {
-    /// A pool of its own (`gate_connections`): each forward in flight holds one connection.
     pub async fn open(config: &PostgresStoreConfig) -> Result<PostgresGate, StoreError> {
         let setup = |detail: String| StoreError::Setup {
             backend: BACKEND,
@@ -57,6 +73,9 @@ impl PostgresGate {
     }
 
     /// Waits up to `wait` for the key's advisory lock.
+    /// Waits at most `wait` for the key's lock. One round trip: the statement sets this wait as
+    /// the session's `lock_timeout`, then takes the session-level lock (no transaction to begin
+    /// and commit around it).
     pub async fn enter(&self, key: &str, wait: Duration) -> Result<SharedPass, SharedGateError> {
         let store_error = |source: sqlx::Error| {
             SharedGateError::Store(StoreError::Backend {
@@ -64,21 +83,30 @@ impl PostgresGate {
                 source: std::sync::Arc::new(source),
             })
         };
-        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        let connection = self.pool.acquire().await.map_err(store_error)?;
+        let mut pending = Unconfirmed(Some(connection));
         let millis = wait.as_millis().clamp(1, i32::MAX as u128);
-        sqlx::query(&format!("SET LOCAL lock_timeout = {millis}"))
-            .execute(&mut *transaction)
-            .await
-            .map_err(store_error)?;
-        let locked = sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(lock_id(&self.namespace, key))
-            .execute(&mut *transaction)
-            .await;
+        let lock = lock_id(&self.namespace, key);
+        let Some(connection) = pending.0.as_mut() else {
+            return Err(SharedGateError::Timeout(wait));
+        };
+        // The CTE is scanned first, so the timeout is in force before the lock waits.
+        let locked = sqlx::query(
+            "WITH wait AS (SELECT set_config('lock_timeout', $1, false)) \
+             SELECT pg_advisory_lock($2) FROM wait",
+        )
+        .bind(format!("{millis}ms"))
+        .bind(lock)
+        .execute(&mut **connection)
+        .await;
         match locked {
             Ok(_) => Ok(SharedPass {
-                transaction: Some(transaction),
+                connection: pending.0.take(),
+                lock,
             }),
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
+                // The statement failed cleanly: the connection holds nothing and can be pooled.
+                drop(pending.0.take());
                 Err(SharedGateError::Timeout(wait))
             }
             Err(e) => Err(store_error(e)),
@@ -92,22 +120,28 @@ impl PostgresGate {
 
 impl Drop for SharedPass {
     fn drop(&mut self) {
-        if let Some(transaction) = self.transaction.take() {
-            // Ending the transaction releases the lock; a failed commit closes the connection,
-            // which releases it too.
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
-                    if let Err(e) = transaction.commit().await {
-                        tracing::warn!(error = %e, "releasing a key's gate failed; its connection is dropped");
-                    }
-                });
+        let Some(mut connection) = self.connection.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            connection.close_on_drop();
+            return;
+        };
+        let lock = self.lock;
+        runtime.spawn(async move {
+            let unlocked: Result<bool, sqlx::Error> =
+                sqlx::query_scalar("SELECT pg_advisory_unlock($1)")
+                    .bind(lock)
+                    .fetch_one(&mut *connection)
+                    .await;
+            if !matches!(unlocked, Ok(true)) {
+                tracing::warn!(result = ?unlocked, "releasing a key's gate failed; its connection is closed");
+                connection.close_on_drop();
             }
-        }
+        });
     }
 }
 
-/// A stable 64-bit lock id for `key` (FNV-1a over the schema and the key, so two fencegate
-/// deployments in one database do not share locks). A collision only serializes two keys.
 fn lock_id(namespace: &str, key: &str) -> i64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;

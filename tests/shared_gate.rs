@@ -1,0 +1,93 @@
+//! The cross-replica gate on PostgreSQL (`PostgresGate`), driven directly: two gates with pools of
+//! their own stand for two replicas. A held key keeps the other replica out until it is released;
+//! a wait that is abandoned half-way (the request went away) leaves no lock behind in the pool.
+//! PostgreSQL must be running on 127.0.0.1:5432: these tests fail, never skip, when it is not.
+
+mod support;
+
+use std::time::Duration;
+
+use fencegate::config::{PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH};
+use fencegate::gate::{PostgresGate, SharedGateError, SharedPass};
+use support::postgres::{unique_schema, TEST_POSTGRES_URL};
+
+/// A gate whose pool has `connections` connections; the schema only namespaces the lock ids.
+async fn gate(namespace: &str, connections: u32) -> PostgresGate {
+    let config = PostgresStoreConfig {
+        url: TEST_POSTGRES_URL.to_owned(),
+        schema: namespace.to_owned(),
+        max_connections: 2,
+        gate_connections: connections,
+        max_batch: DEFAULT_MAX_BATCH,
+        cache_capacity: DEFAULT_CACHE_CAPACITY,
+    };
+    PostgresGate::open(&config)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"))
+}
+
+/// Enters `key` on `gate`, retrying briefly: a released lock is unlocked in the background.
+async fn enter_soon(gate: &PostgresGate, key: &str) -> SharedPass {
+    for _ in 0..50 {
+        match gate.enter(key, Duration::from_millis(100)).await {
+            Ok(pass) => return pass,
+            Err(SharedGateError::Timeout(_)) => continue,
+            Err(e) => panic!("entering the gate failed: {e}"),
+        }
+    }
+    panic!("the gate of {key} never opened");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_key_keeps_the_other_replica_out_until_released() {
+    let namespace = unique_schema();
+    let (one, two) = (gate(&namespace, 2).await, gate(&namespace, 2).await);
+    let held = one
+        .enter("invoice:1", Duration::from_secs(2))
+        .await
+        .expect("first entry");
+    match two.enter("invoice:1", Duration::from_millis(200)).await {
+        Err(SharedGateError::Timeout(_)) => {}
+        Err(e) => panic!("expected a timeout, got {e}"),
+        Ok(_) => panic!("the other replica entered a held key"),
+    }
+    // Another key is not held up.
+    drop(
+        two.enter("invoice:2", Duration::from_millis(500))
+            .await
+            .expect("another key"),
+    );
+    drop(held);
+    drop(enter_soon(&two, "invoice:1").await);
+    one.close().await;
+    two.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_wait_leaves_no_lock_behind() {
+    let namespace = unique_schema();
+    let holder = gate(&namespace, 1).await;
+    // One connection, so a leaked lock would sit on the very connection the next entry gets.
+    let waiter = gate(&namespace, 1).await;
+    let held = holder
+        .enter("invoice:7", Duration::from_secs(2))
+        .await
+        .expect("first entry");
+    // The waiter's statement is waiting on the server when its future is dropped.
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(300),
+        waiter.enter("invoice:7", Duration::from_secs(5)),
+    )
+    .await;
+    assert!(
+        abandoned.is_err(),
+        "the wait should still have been pending"
+    );
+    // The holder releases; the abandoned statement may now take the lock on the server, on a
+    // connection that was closed rather than pooled, so the lock dies with its session.
+    drop(held);
+    drop(enter_soon(&waiter, "invoice:7").await);
+    drop(enter_soon(&holder, "invoice:7").await);
+    holder.close().await;
+    waiter.close().await;
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use http::{header, HeaderName, HeaderValue, Response, StatusCode};
 
-use crate::fence::TokenError;
+use crate::fence::{SignatureError, TokenError};
 use crate::problem::Problem;
 use crate::proxy::ProxyBody;
 use crate::request_id::RequestId;
@@ -45,6 +45,20 @@ pub enum GatewayError {
         route: String,
         key: String,
         error: TokenError,
+    },
+    #[error("route {route}: key {key}: {error}")]
+    Signature {
+        route: String,
+        key: String,
+        error: SignatureError,
+    },
+    #[error("route {route}: key {key}: token {token} is more than {max_advance} above the high-water mark {current}")]
+    TooFarAhead {
+        route: String,
+        key: String,
+        token: u64,
+        current: u64,
+        max_advance: u64,
     },
     #[error("route {route}: key {key}: token {token} is below the high-water mark {current}")]
     StaleFence {
@@ -156,6 +170,24 @@ impl GatewayError {
                 "invalid-fence",
                 "Invalid fencing token",
             ),
+            GatewayError::Signature {
+                error: SignatureError::Missing,
+                ..
+            } => (
+                StatusCode::PRECONDITION_REQUIRED,
+                "missing-fence-signature",
+                "Fencing token signature required",
+            ),
+            GatewayError::Signature { .. } => (
+                StatusCode::FORBIDDEN,
+                "invalid-fence-signature",
+                "Invalid fencing token signature",
+            ),
+            GatewayError::TooFarAhead { .. } => (
+                StatusCode::CONFLICT,
+                "fence-too-far-ahead",
+                "Fencing token too far ahead",
+            ),
             GatewayError::StaleFence { .. } | GatewayError::Superseded { .. } => {
                 (StatusCode::CONFLICT, "stale-fence", "Stale fencing token")
             }
@@ -256,9 +288,23 @@ impl GatewayError {
             GatewayError::KeyUnavailable { route, .. }
             | GatewayError::UpstreamUnavailable { route, .. }
             | GatewayError::UpstreamTimeout { route, .. } => problem.route = Some(route.clone()),
-            GatewayError::Token { route, key, .. } => {
+            GatewayError::Token { route, key, .. } | GatewayError::Signature { route, key, .. } => {
                 problem.route = Some(route.clone());
                 problem.key = Some(key.clone());
+            }
+            GatewayError::TooFarAhead {
+                route,
+                key,
+                token,
+                current,
+                max_advance,
+            } => {
+                problem.route = Some(route.clone());
+                problem.key = Some(key.clone());
+                problem.fence = Some(*token);
+                problem.current_fence = Some(*current);
+                problem.max_advance = Some(*max_advance);
+                extra = Some((X_FENCE_CURRENT, HeaderValue::from(*current)));
             }
             GatewayError::StaleFence {
                 route,
@@ -336,6 +382,24 @@ impl GatewayError {
             GatewayError::Token { route, key, error } => {
                 tracing::info!(%route, %key, reason = %error, %request_id, "refused: fencing token")
             }
+            GatewayError::Signature { route, key, error } => {
+                tracing::info!(%route, %key, reason = %error, %request_id, "refused: fencing token signature")
+            }
+            GatewayError::TooFarAhead {
+                route,
+                key,
+                token,
+                current,
+                max_advance,
+            } => tracing::info!(
+                %route,
+                %key,
+                token,
+                current,
+                max_advance,
+                %request_id,
+                "refused: fencing token too far ahead"
+            ),
             other => match other.origin() {
                 Origin::Client => tracing::debug!(error = %other, %request_id, "refused"),
                 Origin::Store | Origin::Upstream => {

@@ -15,7 +15,8 @@
 //!   returned on every response and logged with every refusal.
 //! - [`gateway`]: the reserved `/_fencegate/` endpoints (claiming) and the request stack, assembled
 //!   in one place: routing → fence → idempotency → ordering gate → proxy.
-//! - [`fence`]: token parsing and the fence layer (compare-and-advance before forwarding).
+//! - [`fence`]: token parsing, signed tokens, `max_advance`, and the fence layer
+//!   (compare-and-advance before forwarding).
 //! - [`idempotency`]: stable idempotency keys and intent records for providers that cannot be
 //!   fenced.
 //! - [`gate`]: serialized generations — one forwarded write per key at a time (I4).

@@ -162,6 +162,9 @@ fn render_route_counters(text: &mut String, routes: &RouteTable) {
             ("stale", &counters.stale),
             ("missing", &counters.missing),
             ("invalid", &counters.invalid),
+            ("too_far_ahead", &counters.too_far_ahead),
+            ("unsigned", &counters.unsigned),
+            ("bad_signature", &counters.bad_signature),
         ] {
             text.push_str(&format!(
                 "fencegate_fence_rejections_total{{route=\"{}\",reason=\"{reason}\"}} {}\n",

@@ -24,6 +24,8 @@ pub struct Problem {
     pub fence: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current_fence: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_advance: Option<u64>,
 }
 
 impl Problem {
@@ -37,6 +39,7 @@ impl Problem {
             key: None,
             fence: None,
             current_fence: None,
+            max_advance: None,
         }
     }
 

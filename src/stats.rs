@@ -13,6 +13,11 @@ pub struct RouteCounters {
     pub missing: AtomicU64,
     pub invalid: AtomicU64,
     pub stale: AtomicU64,
+    /// Tokens more than `max_advance` above their key's mark.
+    pub too_far_ahead: AtomicU64,
+    /// Tokens without the lock authority's signature, and with a bad one.
+    pub unsigned: AtomicU64,
+    pub bad_signature: AtomicU64,
     /// Store failures or timeouts met by fenced requests.
     pub store_errors: AtomicU64,
     /// Requests forwarded unchecked because the store failed and the route fails open.

@@ -25,6 +25,16 @@ pub fn parse_str(text: &str, origin: &Path) -> Result<Config, ConfigError> {
 }
 
 fn validate(config: &Config, origin: &Path) -> Result<(), ConfigError> {
+    for route in &config.routes {
+        if route.fence.max_advance == Some(0) {
+            return Err(ConfigError::Invalid {
+                file: origin.to_owned(),
+                route: Some(route.name.clone()),
+                field: "fence.max_advance".to_owned(),
+                message: "must be at least 1: 0 would refuse every new generation".to_owned(),
+            });
+        }
+    }
     RouteTable::compile(&config.routes).map_err(|e| ConfigError::Invalid {
         file: origin.to_owned(),
         route: Some(e.route),

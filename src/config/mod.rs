@@ -17,6 +17,8 @@ use serde::Deserialize;
 
 /// Default header carrying the fencing token (DESIGN §3).
 pub const DEFAULT_FENCE_HEADER: &str = "X-Fence";
+/// Default header carrying the lock authority's signature of key and token.
+pub const DEFAULT_SIGNATURE_HEADER: &str = "X-Fence-Signature";
 /// How long a client may wait for the upstream's response head before it gets 504: long enough for a
 /// slow legacy service, short enough that a hung upstream does not pin connections for minutes.
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
@@ -328,6 +330,17 @@ pub struct FenceConfig {
     /// How long an admitted request may wait for its key's earlier writes before 503.
     #[serde(default = "default_gate_timeout", with = "duration")]
     pub gate_timeout: Duration,
+    /// Refuse a token more than this far above the key's current mark (0 for a new key), so a
+    /// client cannot poison a key with a huge token; absent: no limit.
+    #[serde(default)]
+    pub max_advance: Option<u64>,
+    /// Name of an environment variable holding the secret the lock authority signs tokens with;
+    /// when set, unsigned or badly signed tokens are refused.
+    #[serde(default)]
+    pub signature_secret_env: Option<String>,
+    /// The header carrying the signature (lower-case hex HMAC-SHA256 of `key\ntoken`).
+    #[serde(default = "default_signature_header")]
+    pub signature_header: String,
 }
 
 impl Default for FenceConfig {
@@ -340,6 +353,9 @@ impl Default for FenceConfig {
             on_store_error: OnStoreError::default(),
             ordering: Ordering::default(),
             gate_timeout: DEFAULT_GATE_TIMEOUT,
+            max_advance: None,
+            signature_secret_env: None,
+            signature_header: default_signature_header(),
         }
     }
 }
@@ -440,6 +456,9 @@ fn default_store_timeout() -> Duration {
 }
 fn default_fence_header() -> String {
     DEFAULT_FENCE_HEADER.to_owned()
+}
+fn default_signature_header() -> String {
+    DEFAULT_SIGNATURE_HEADER.to_owned()
 }
 fn default_embedded_path() -> PathBuf {
     PathBuf::from(DEFAULT_EMBEDDED_PATH)

@@ -1,6 +1,7 @@
 //! `FenceLayer` → `Fence<S>`: the fence check of DESIGN §2 as a tower layer. It renders the
-//! resource key, reads the token, and compare-and-advances the key's mark in the store before the
-//! inner service (and so the upstream) sees the request.
+//! resource key, reads the token, checks the lock authority's signature and `max_advance` when the
+//! route asks for them, and compare-and-advances the key's mark in the store before the inner
+//! service (and so the upstream) sees the request.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -9,6 +10,8 @@ use futures_util::future;
 use http::{Request, Response};
 use tower::{Layer, Service};
 
+use super::limit::check_max_advance;
+use super::signature::SignatureError;
 use super::token::{read_fence_header, TokenError};
 use crate::config::{FenceMode, OnStoreError};
 use crate::error::{GatewayError, Origin};
@@ -90,7 +93,7 @@ where
             let route = routed.route;
             {
                 let verdict = match read_key_and_token(&route, &routed.captures, &request) {
-                    Ok((key, token)) => advance(&route, key, token, store.as_ref())
+                    Ok((key, token)) => admit(&route, key, token, &request, store.as_ref())
                         .await
                         .map(|key| Admitted { key, token }),
                     Err(refusal) => Err(refusal),
@@ -149,6 +152,54 @@ fn read_key_and_token<B>(
         }
     })?;
     Ok((key, token))
+}
+
+/// The checks after the token is read, cheapest and store-free first: the signature, then
+/// `max_advance`, then the compare-and-advance. A refused signature never reaches the store.
+async fn admit<B>(
+    route: &CompiledRoute,
+    key: String,
+    token: u64,
+    request: &Request<B>,
+    store: &dyn FenceStore,
+) -> Result<String, GatewayError> {
+    let counters = &route.counters;
+    if let Some(signature) = &route.fence.signature {
+        signature
+            .verify(request.headers(), &key, token)
+            .map_err(|error| {
+                let counter = match error {
+                    SignatureError::Missing => &counters.unsigned,
+                    _ => &counters.bad_signature,
+                };
+                RouteCounters::bump(counter);
+                GatewayError::Signature {
+                    route: route.name.clone(),
+                    key: key.clone(),
+                    error,
+                }
+            })?;
+    }
+    if let Some(max_advance) = route.fence.max_advance {
+        let limited = check_max_advance(
+            &route.name,
+            &key,
+            token,
+            max_advance,
+            store,
+            route.fence.store_timeout,
+        )
+        .await;
+        if let Err(refusal) = limited {
+            let counter = match refusal {
+                GatewayError::TooFarAhead { .. } => &counters.too_far_ahead,
+                _ => &counters.store_errors,
+            };
+            RouteCounters::bump(counter);
+            return Err(refusal);
+        }
+    }
+    advance(route, key, token, store).await
 }
 
 /// Compares and advances the key's mark; `Ok` carries the key of a request that may pass.

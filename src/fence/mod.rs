@@ -1,8 +1,17 @@
 //! The fence check: reading a token from a request and deciding, with the store, whether the
-//! request may pass (DESIGN §2). `token.rs` parses; `layer.rs` is the tower layer on the hot path.
+//! request may pass (DESIGN §2). `token.rs` parses; `signature.rs` checks the lock authority's
+//! signature; `limit.rs` refuses tokens too far ahead of the mark (`max_advance`); `layer.rs` is
+//! the tower layer on the hot path.
 
 mod layer;
+mod limit;
+mod signature;
 mod token;
 
 pub use layer::{Admitted, Fence, FenceLayer};
+pub use limit::{check_max_advance, within_max_advance};
+pub use signature::{
+    sign_token, signature_key_from_env, signed_message, SignatureConfigError, SignatureError,
+    SignatureKey,
+};
 pub use token::{parse_fence_token, read_fence_header, TokenError};

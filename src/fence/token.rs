@@ -44,11 +44,13 @@ pub fn parse_fence_token(value: &[u8]) -> Result<u64, TokenError> {
     if value.is_empty() {
         return Err(TokenError::Empty);
     }
+    // Classify before computing: a long run of digits followed by junk is not a number at all,
+    // and must not be reported as one too large (found by the `fence_token` fuzz target).
+    if !value.iter().all(u8::is_ascii_digit) {
+        return Err(TokenError::NotDecimal);
+    }
     let mut token: u64 = 0;
     for &byte in value {
-        if !byte.is_ascii_digit() {
-            return Err(TokenError::NotDecimal);
-        }
         token = token
             .checked_mul(10)
             .and_then(|t| t.checked_add(u64::from(byte - b'0')))
@@ -86,6 +88,10 @@ mod tests {
         assert_eq!(
             parse_fence_token(b"99999999999999999999999"),
             Err(TokenError::Overflow)
+        );
+        assert_eq!(
+            parse_fence_token(b"99999999999999999999999x"),
+            Err(TokenError::NotDecimal)
         );
     }
 

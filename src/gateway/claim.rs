@@ -1,6 +1,11 @@
 //! `POST /_fencegate/claim/{resource_key}`: a new lock holder raises its key's mark to its token
 //! without writing anything upstream (DESIGN §5), so a zombie's write that would otherwise arrive
 //! before the holder's first write is refused too.
+//!
+//! A claim belongs to no route, so it is held to the strictest token rules of the routes that
+//! enforce: when any of them requires signed tokens, a claim needs a signature valid under one of
+//! their secrets (in that route's signature header), and the smallest `max_advance` among them
+//! applies. Otherwise the claim endpoint would be the way around both defences.
 
 use std::sync::Arc;
 
@@ -9,11 +14,12 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use percent_encoding::percent_decode_str;
 use serde::Serialize;
 
-use crate::config::{Compare, DEFAULT_STORE_TIMEOUT};
+use crate::config::{Compare, FenceMode, DEFAULT_STORE_TIMEOUT};
 use crate::error::GatewayError;
-use crate::fence::read_fence_header;
+use crate::fence::{check_max_advance, read_fence_header, SignatureError, SignatureKey};
 use crate::proxy::{full_body, ProxyBody};
-use crate::route::{MAX_RESOURCE_KEY_LEN, RESERVED_PREFIX};
+use crate::reload::RouteSource;
+use crate::route::{CompiledRoute, RouteTable, MAX_RESOURCE_KEY_LEN, RESERVED_PREFIX};
 use crate::store::{Advance, FenceStore};
 
 /// The claim endpoint's path below the reserved prefix.
@@ -26,6 +32,7 @@ const CLAIM_ROUTE: &str = "_claim";
 #[derive(Clone)]
 pub struct Claim {
     store: Arc<dyn FenceStore>,
+    routes: Arc<RouteSource>,
 }
 
 #[derive(Serialize)]
@@ -36,8 +43,8 @@ struct Claimed<'a> {
 }
 
 impl Claim {
-    pub fn new(store: Arc<dyn FenceStore>) -> Claim {
-        Claim { store }
+    pub fn new(store: Arc<dyn FenceStore>, routes: Arc<RouteSource>) -> Claim {
+        Claim { store, routes }
     }
 
     /// Answers a request under the reserved prefix. Claims compare monotonically: re-claiming the
@@ -66,6 +73,19 @@ impl Claim {
                 error,
             }
         })?;
+        let table = self.routes.current();
+        verify_signature(&table, request.headers(), &key, token)?;
+        if let Some(max_advance) = enforcing(&table).filter_map(|r| r.fence.max_advance).min() {
+            check_max_advance(
+                CLAIM_ROUTE,
+                &key,
+                token,
+                max_advance,
+                self.store.as_ref(),
+                DEFAULT_STORE_TIMEOUT,
+            )
+            .await?;
+        }
         let advanced = tokio::time::timeout(
             DEFAULT_STORE_TIMEOUT,
             self.store.advance(&key, token, Compare::Monotonic),
@@ -94,6 +114,42 @@ impl Claim {
             }),
         }
     }
+}
+
+/// The routes whose token rules claims inherit.
+fn enforcing(table: &RouteTable) -> impl Iterator<Item = &Arc<CompiledRoute>> {
+    table
+        .routes()
+        .filter(|r| r.fence.mode == FenceMode::Enforce)
+}
+
+/// Passes when no enforcing route signs tokens, or when one of their keys verifies the claim.
+/// Refused as missing only when no signature header of theirs is present at all.
+fn verify_signature(
+    table: &RouteTable,
+    headers: &http::HeaderMap,
+    key: &str,
+    token: u64,
+) -> Result<(), GatewayError> {
+    let keys: Vec<&SignatureKey> = enforcing(table)
+        .filter_map(|r| r.fence.signature.as_ref())
+        .collect();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let mut refusal = SignatureError::Missing;
+    for signature in keys {
+        match signature.verify(headers, key, token) {
+            Ok(()) => return Ok(()),
+            Err(SignatureError::Missing) => {}
+            Err(error) => refusal = error,
+        }
+    }
+    Err(GatewayError::Signature {
+        route: CLAIM_ROUTE.to_owned(),
+        key: key.to_owned(),
+        error: refusal,
+    })
 }
 
 fn decode_key(raw: &str) -> Result<String, GatewayError> {

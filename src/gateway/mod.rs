@@ -46,7 +46,7 @@ impl Gateway {
     ) -> Gateway {
         let routed = ServiceBuilder::new()
             // First: find the route, so every later layer knows the route's settings.
-            .layer(RoutingLayer::new(routes, Arc::clone(&metrics)))
+            .layer(RoutingLayer::new(Arc::clone(&routes), Arc::clone(&metrics)))
             // Before anything can reach the upstream: refuse stale generations (I1, I2).
             .layer(FenceLayer::new(Arc::clone(&store)))
             // After the fence (a superseded holder is refused before any replay) and before the
@@ -62,7 +62,7 @@ impl Gateway {
             // Last: forward what passed.
             .service(Proxy::new(Arc::clone(&metrics)));
         Gateway {
-            claim: Claim::new(store),
+            claim: Claim::new(store, routes),
             routed,
         }
     }

@@ -9,6 +9,7 @@ use super::{Captures, KeyTemplate, PathPattern, PathRefusal};
 use crate::config::{
     Compare, FenceMode, OnStoreError, Ordering, RouteConfig, DEFAULT_FENCED_METHODS,
 };
+use crate::fence::{signature_key_from_env, SignatureKey};
 use crate::idempotency::IdempotencySettings;
 use crate::proxy::UpstreamTarget;
 use crate::stats::RouteCounters;
@@ -44,6 +45,10 @@ pub struct FenceSettings {
     pub on_store_error: OnStoreError,
     pub ordering: Ordering,
     pub gate_timeout: Duration,
+    /// Refuse tokens more than this far above the key's mark.
+    pub max_advance: Option<u64>,
+    /// Require tokens signed by the lock authority with this key.
+    pub signature: Option<SignatureKey>,
 }
 
 impl CompiledRoute {
@@ -156,6 +161,13 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
             ))
         }
     };
+    let signature = match &config.fence.signature_secret_env {
+        None => None,
+        Some(name) => Some(
+            signature_key_from_env(&config.fence.signature_header, name)
+                .map_err(|e| error(config, e.field, e.message))?,
+        ),
+    };
     let idempotency = match &config.idempotency {
         None => None,
         Some(table) => Some(
@@ -182,6 +194,8 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
             on_store_error: config.fence.on_store_error,
             ordering: config.fence.ordering,
             gate_timeout: config.fence.gate_timeout,
+            max_advance: config.fence.max_advance,
+            signature,
         },
         counters: RouteCounters::default(),
     })

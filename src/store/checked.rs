@@ -110,6 +110,10 @@ impl FenceStore for CheckedStore {
         })
     }
 
+    fn known_mark(&self, key: &str) -> Option<u64> {
+        self.cache.get(key)
+    }
+
     fn identity(&self) -> StoreFuture<'_, StoreIdentity> {
         self.inner.identity()
     }

@@ -64,6 +64,10 @@ pub trait FenceStore: Send + Sync + 'static {
     fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance>;
     /// The key's mark, or `None` for a key never advanced.
     fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>>;
+    /// A lower bound of the key's mark known without a round trip (a cache), if any.
+    fn known_mark(&self, _key: &str) -> Option<u64> {
+        None
+    }
     /// The store's identity record — a random id written the first time any gateway used the
     /// store — created when absent. A store that lost its data (a wiped Redis, a dropped table, a
     /// new file) comes back with a new id, which is how a gateway notices it (DESIGN §4).

@@ -32,6 +32,16 @@ impl GatewayProcess {
 
     /// Like `start`, with the given `[store]` table (the gateway's own state still goes to `dir`).
     pub fn start_with_store(dir: &Path, store_toml: &str, routes_toml: &str) -> GatewayProcess {
+        GatewayProcess::start_with_env(dir, store_toml, routes_toml, &[])
+    }
+
+    /// Like `start_with_store`, with extra environment variables (secrets named by `*_env`).
+    pub fn start_with_env(
+        dir: &Path,
+        store_toml: &str,
+        routes_toml: &str,
+        env: &[(&str, &str)],
+    ) -> GatewayProcess {
         let addr = free_port();
         let text =
             super::gateway::config_text_with_store(dir, &addr.to_string(), store_toml, routes_toml);
@@ -41,6 +51,7 @@ impl GatewayProcess {
             .args(["serve", "--config"])
             .arg(&config)
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()

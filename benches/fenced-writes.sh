@@ -238,8 +238,9 @@ run() {
 }
 
 # The reference for PostgreSQL: one `INSERT ... ON CONFLICT ... DO UPDATE ... WHERE` per
-# transaction, straight from pgbench (no HTTP at all) with PGBENCH_CLIENTS clients (default 32:
-# the gateways hold connections of their own, and PostgreSQL's default limit is 100); prints a
+# transaction, straight from pgbench (no HTTP at all) with PGBENCH_CLIENTS clients (default 16:
+# the gateways' pools hold up to 80 connections of their own, and PostgreSQL's default limit is
+# 100); prints a
 # line in run()'s format (latencies from pgbench's average, non2xx 0).
 PGBENCH_SCHEMA=""
 pgbench_upserts() {
@@ -258,7 +259,7 @@ INSERT INTO $PGBENCH_SCHEMA.marks AS m (key, mark) VALUES ('invoice:' || :k, (ex
 SQL
   fi
   local out tps lat
-  out=$(pgbench -h 127.0.0.1 -U postgres -n -c "${PGBENCH_CLIENTS:-32}" -j 1 -T "$SECS" -f "$work/upsert.sql" test 2>&1) || true
+  out=$(pgbench -h 127.0.0.1 -U postgres -n -c "${PGBENCH_CLIENTS:-16}" -j 1 -T "$SECS" -f "$work/upsert.sql" test 2>&1) || true
   tps=$(awk '/^tps/ {print $3}' <<<"$out")
   [ -n "$tps" ] || { echo "pgbench failed: $(tail -n 3 <<<"$out")" >&2; tps=0; }
   lat=$(awk '/latency average/ {print $4 * 1000}' <<<"$out")

@@ -45,7 +45,10 @@ cleanup() {
   for pidfile in "$work/nginx.pid" "$work/upstream.pid"; do
     [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
   done
-  [ -n "${PGBENCH_SCHEMA:-}" ] && psql -q -h 127.0.0.1 -U postgres -d test -c "DROP SCHEMA IF EXISTS $PGBENCH_SCHEMA CASCADE" >/dev/null 2>&1 || true
+  # pgbench_upserts runs in a command substitution, so its schema name is not known here.
+  case " $PATHS " in
+    *" pgbench-upsert "*) psql -q -h 127.0.0.1 -U postgres -d test -c "DROP SCHEMA IF EXISTS fencegate_pgbench CASCADE" >/dev/null 2>&1 || true ;;
+  esac
   redis-cli --scan --pattern "${REDIS_PREFIX}*" 2>/dev/null | xargs -r -n 500 redis-cli del >/dev/null 2>&1 || true
   rm -rf "$work"
 }

@@ -91,24 +91,22 @@ where
         let store = Arc::clone(&self.store);
         Box::pin(async move {
             let route = routed.route;
-            {
-                let verdict = match read_key_and_token(&route, &routed.captures, &request) {
-                    Ok((key, token)) => admit(&route, key, token, &request, store.as_ref())
-                        .await
-                        .map(|key| Admitted { key, token }),
-                    Err(refusal) => Err(refusal),
-                };
-                match (verdict, route.fence.mode) {
-                    (Ok(admitted), _) => {
-                        request.extensions_mut().insert(admitted);
-                    }
-                    (Err(refusal), FenceMode::Observe) => observe(&route, &refusal),
-                    (Err(refusal), _) if fails_open(&route, &refusal) => {
-                        RouteCounters::bump(&route.counters.failed_open);
-                        tracing::warn!(route = %route.name, error = %refusal, "store failed: forwarding unchecked (on_store_error = \"fail_open\")");
-                    }
-                    (Err(refusal), _) => return Err(refusal),
+            let verdict = match read_key_and_token(&route, &routed.captures, &request) {
+                Ok((key, token)) => admit(&route, key, token, &request, store.as_ref())
+                    .await
+                    .map(|key| Admitted { key, token }),
+                Err(refusal) => Err(refusal),
+            };
+            match (verdict, route.fence.mode) {
+                (Ok(admitted), _) => {
+                    request.extensions_mut().insert(admitted);
                 }
+                (Err(refusal), FenceMode::Observe) => observe(&route, &refusal),
+                (Err(refusal), _) if fails_open(&route, &refusal) => {
+                    RouteCounters::bump(&route.counters.failed_open);
+                    tracing::warn!(route = %route.name, error = %refusal, "store failed: forwarding unchecked (on_store_error = \"fail_open\")");
+                }
+                (Err(refusal), _) => return Err(refusal),
             }
             inner.call(request).await
         })

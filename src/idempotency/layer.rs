@@ -88,8 +88,14 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let intents = Arc::clone(&self.intents);
         Box::pin(async move {
-            let route = Arc::clone(&routed.route);
-            call_once(request, &route, &routed, intents.as_ref(), &mut inner).await
+            call_once(
+                request,
+                &routed.route,
+                &routed,
+                intents.as_ref(),
+                &mut inner,
+            )
+            .await
         })
     }
 }

@@ -136,8 +136,8 @@ impl Service<Request<RequestBody>> for Proxy {
     }
 }
 
-/// Rewrites the client's request for the upstream: absolute URI below the base path, hop-by-hop
-/// headers gone, `Host` for the upstream, `Via` and `Forwarded` for this hop. `X-Fence` stays.
+/// Rewrites the client's request for the upstream: absolute URI below the base path, `Host` for
+/// the upstream, `Via` and `Forwarded` for this hop. `X-Fence` stays.
 fn upstream_request_filter(
     request: Request<RequestBody>,
     route: &crate::route::CompiledRoute,
@@ -153,7 +153,8 @@ fn upstream_request_filter(
         .upstream
         .uri_for(parts.uri.path_and_query().map_or("/", |pq| pq.as_str()))
         .map_err(|_| GatewayError::Internal("could not build the upstream URI"))?;
-    strip_hop_by_hop_headers(&mut parts.headers);
+    // Hop-by-hop headers were removed once, at ingress (`Gateway::call`), before any layer set
+    // headers of its own; nothing since has added one.
     append_via(&mut parts.headers, parts.version);
     if let Some(client) = parts.extensions.get::<ClientAddr>() {
         let hop = ForwardedFor {

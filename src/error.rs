@@ -38,6 +38,10 @@ pub enum GatewayError {
     InvalidPath(PathRefusal),
     #[error("the claim path names no valid resource key")]
     BadClaimKey,
+    #[error(
+        "the request carries both Content-Length and Transfer-Encoding; its framing is ambiguous"
+    )]
+    AmbiguousFraming,
     #[error("route {route}: {error}")]
     KeyUnavailable { route: String, error: RenderError },
     #[error("route {route}: key {key}: {error}")]
@@ -152,6 +156,11 @@ impl GatewayError {
             GatewayError::InvalidPath(_) => {
                 (StatusCode::BAD_REQUEST, "invalid-path", "Invalid path")
             }
+            GatewayError::AmbiguousFraming => (
+                StatusCode::BAD_REQUEST,
+                "ambiguous-framing",
+                "Ambiguous message framing",
+            ),
             GatewayError::BadClaimKey | GatewayError::KeyUnavailable { .. } => (
                 StatusCode::BAD_REQUEST,
                 "invalid-resource-key",

@@ -1,8 +1,13 @@
 //! The data-plane listener: accepts connections up to `max_connections` (refusing the rest with a
 //! 503), speaks HTTP/1.1 and HTTP/2 (h2c with prior knowledge) on each within the header limits,
-//! and on shutdown stops accepting and drains in-flight requests.
+//! marks HTTP/1 requests framed by both `Content-Length` and `Transfer-Encoding` for refusal, and
+//! on shutdown stops accepting and drains in-flight requests.
 
+mod framing;
 mod refusal;
+mod watched_stream;
+
+pub use watched_stream::AmbiguousFraming;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -23,6 +28,8 @@ use crate::config::ServerConfig;
 use crate::gateway::Gateway;
 use crate::metrics::Metrics;
 use crate::proxy::ClientAddr;
+
+use watched_stream::{FramingWatch, WatchedStream};
 
 /// How long a client may take to send a request head before its connection is closed
 /// (bounds slowloris-style connections).
@@ -100,8 +107,15 @@ pub async fn serve(
                 let open = OpenConnection::new(permit, metrics.open_connections.clone());
                 let _ = stream.set_nodelay(true);
                 let client = ClientAddr::new(peer);
+                let watch = Arc::new(FramingWatch::default());
+                let stream = WatchedStream::new(stream, limits.max_header_bytes, Arc::clone(&watch));
                 let service = gateway.clone().map_request(move |mut request: Request<Incoming>| {
                     request.extensions_mut().insert(client.clone());
+                    if request.version() <= http::Version::HTTP_11
+                        && watch.next_request_is_ambiguous()
+                    {
+                        request.extensions_mut().insert(AmbiguousFraming);
+                    }
                     request
                 });
                 let connection = builder

@@ -1,22 +1,22 @@
 //! Malformed HTTP written byte for byte to a real gateway in front of a recording upstream.
 //!
-//! 27 cases. Refused with a 4xx, nothing forwarded, the gateway still serving afterwards (24):
-//! hyper's parser answers 400 (or 431) and closes for two different `Content-Length`s, a
-//! `Content-Length` list with two values, a signed `Content-Length`, a `Transfer-Encoding` that is
-//! not chunked, `Transfer-Encoding` on HTTP/1.0, obsolete line folding, a space before a header's
-//! colon, a NUL byte in a header value, a head over `max_header_bytes` (431), a raw non-UTF-8 byte
-//! in the path and one in a header name; the gateway's router answers 400 `invalid-path` for
-//! `/../`, `/%2e%2e/`, `/.%2E/`, `/./`, `..%2F`, `..%5C`, a raw backslash, an encoded slash in a
-//! key segment, `%00`, an empty key segment, a 600-byte key segment and a key segment that is not
-//! UTF-8 once decoded; the fence answers 400 for a non-UTF-8 `X-Fence`.
+//! 30 cases. Refused with a 4xx, nothing forwarded, the gateway still serving afterwards (26):
+//! the gateway answers 400 `ambiguous-framing` for `Content-Length` with `Transfer-Encoding`, in
+//! either order; hyper's parser answers 400 (or 431) and closes for two different
+//! `Content-Length`s, a `Content-Length` list with two values, a signed `Content-Length`, a
+//! `Transfer-Encoding` that is not chunked, `Transfer-Encoding` on HTTP/1.0, obsolete line folding,
+//! a space before a header's colon, a NUL byte in a header value, a head over `max_header_bytes`
+//! (431), a raw non-UTF-8 byte in the path and one in a header name; the gateway's router answers
+//! 400 `invalid-path` for `/../`, `/%2e%2e/`, `/.%2E/`, `/./`, `..%2F`, `..%5C`, a raw backslash,
+//! an encoded slash in a key segment, `%00`, an empty key segment, a 600-byte key segment and a key
+//! segment that is not UTF-8 once decoded; the fence answers 400 for a non-UTF-8 `X-Fence`.
 //!
-//! Smuggling attempts (3), answered but never turned into a second upstream request: a request
-//! with both `Content-Length` and `Transfer-Encoding: chunked`, in either order, is framed by
-//! `Transfer-Encoding` (hyper drops the `Content-Length`, as RFC 9112 §6.3 tells an intermediary
-//! to) and its connection is closed after the answer, so the request hidden behind it is never
-//! read; the gateway cannot refuse it with a 400 because hyper removes the conflicting
-//! `Content-Length` before the gateway sees the request. A request hidden inside a body is
-//! forwarded as that body and nothing else.
+//! Smuggling attempts (4), never turned into an upstream request that was not sent as one: a
+//! request with both `Content-Length` and `Transfer-Encoding: chunked` followed by a second
+//! request, in either header order, is refused and its connection closed, so neither reaches the
+//! upstream; on a kept-alive connection, requests framed by length and by chunks (one with an
+//! ambiguous head as its body text) are forwarded and only the ambiguous one after them is refused;
+//! a request hidden inside a body is forwarded as that body and nothing else.
 
 mod support;
 
@@ -59,7 +59,24 @@ fn refused_cases() -> Vec<Case> {
     };
     let long_segment = format!("/inv/{}", "k".repeat(600));
     let big_header = format!("X-Padding: {}\r\n", "p".repeat(9 * 1024));
+    let with_chunked_body = |head: &[u8]| {
+        let mut request = post(b"/inv/1", head);
+        request.extend_from_slice(b"3\r\nabc\r\n0\r\n\r\n");
+        request
+    };
     vec![
+        case(
+            "Content-Length, then Transfer-Encoding",
+            with_chunked_body(b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n"),
+            400,
+            Some("ambiguous-framing"),
+        ),
+        case(
+            "Transfer-Encoding, then Content-Length",
+            with_chunked_body(b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n"),
+            400,
+            Some("ambiguous-framing"),
+        ),
         case(
             "two different Content-Lengths",
             post(b"/inv/1", b"Content-Length: 3\r\nContent-Length: 4\r\n"),
@@ -217,7 +234,7 @@ async fn malformed_requests_are_refused_and_never_forwarded() {
     )
     .await;
     let cases = refused_cases();
-    assert_eq!(cases.len(), 24);
+    assert_eq!(cases.len(), 26);
     for (i, case) in cases.iter().enumerate() {
         let answer = exchange(gw.addr, &case.request).await;
         assert_eq!(
@@ -263,27 +280,56 @@ fn smuggled_after(head: &[u8], payload: &[u8]) -> Vec<u8> {
 }
 
 #[tokio::test]
-async fn content_length_with_transfer_encoding_cannot_smuggle_a_request() {
+async fn content_length_with_transfer_encoding_is_refused_and_smuggles_nothing() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
     let gw = TestGateway::start(&routes(&upstream.url())).await;
     let heads: [&[u8]; 2] = [
         b"POST /inv/1 HTTP/1.1\r\nHost: gw\r\nX-Fence: 1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
         b"POST /inv/2 HTTP/1.1\r\nHost: gw\r\nX-Fence: 1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
     ];
-    for (i, head) in heads.iter().enumerate() {
-        // No `Connection: close`: hyper closes on its own after a CL+TE request; were it to keep
-        // the connection open, `exchange` would fail waiting for the close.
+    for head in heads {
+        // No `Connection: close`: the gateway closes on its own after a CL+TE request; were it
+        // to keep the connection open, `exchange` would fail waiting for the close.
         let answer = exchange(gw.addr, &smuggled_after(head, b"hello")).await;
-        assert_eq!(answer.statuses(), [200], "{:?}", answer.text());
-        let seen = upstream.seen();
-        assert_eq!(seen.len(), i + 1, "exactly one request forwarded");
-        let forwarded = &seen[i];
-        assert_eq!(forwarded.target, format!("/inv/{}", i + 1));
-        // Framed by Transfer-Encoding: the whole chunked body, not the 3 bytes CL claimed.
-        assert_eq!(forwarded.body_len, 5);
-        assert_ne!(forwarded.header("content-length"), Some("3"));
+        assert_eq!(answer.statuses(), [400], "{:?}", answer.text());
+        assert!(answer.text().contains("/problems/ambiguous-framing\""));
     }
-    assert!(upstream.seen_under("/inv/smuggled").is_empty());
+    assert!(upstream.seen().is_empty(), "{:?}", upstream.seen());
+}
+
+/// Keep-alive requests framed each way, then one with both headers, on one connection.
+#[tokio::test]
+async fn only_the_ambiguous_request_on_a_kept_alive_connection_is_refused() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let gw = TestGateway::start(&routes(&upstream.url())).await;
+    // The length-framed body holds text that would be an ambiguous head, were it read as one.
+    let hidden: &[u8] =
+        b"POST /inv/hidden HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let mut stream = format!(
+        "POST /inv/1 HTTP/1.1\r\nHost: gw\r\nX-Fence: 1\r\nContent-Length: {}\r\n\r\n",
+        hidden.len()
+    )
+    .into_bytes();
+    stream.extend_from_slice(hidden);
+    stream.extend_from_slice(
+        b"POST /inv/2 HTTP/1.1\r\nHost: gw\r\nX-Fence: 1\r\nTransfer-Encoding: chunked\r\n\r\n4;x=y\r\nabcd\r\n0\r\nX-Trailer: t\r\n\r\n",
+    );
+    stream.extend_from_slice(b"GET /public/3 HTTP/1.1\r\nHost: gw\r\n\r\n");
+    stream.extend_from_slice(&smuggled_after(
+        b"POST /inv/4 HTTP/1.1\r\nHost: gw\r\nX-Fence: 1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"hi",
+    ));
+    let answer = exchange(gw.addr, &stream).await;
+    assert_eq!(
+        answer.statuses(),
+        [200, 200, 200, 400],
+        "{:?}",
+        answer.text()
+    );
+    let targets: Vec<String> = upstream.seen().into_iter().map(|r| r.target).collect();
+    assert_eq!(targets, ["/inv/1", "/inv/2", "/public/3"]);
+    assert_eq!(upstream.seen()[0].body_len, hidden.len() as u64);
+    assert_eq!(upstream.seen()[1].body_len, 4);
 }
 
 #[tokio::test]

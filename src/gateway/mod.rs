@@ -17,6 +17,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use tower::{Service, ServiceBuilder};
 
+use crate::error::GatewayError;
 use crate::fence::{Fence, FenceLayer};
 use crate::gate::{Gate, GateLayer, Gates};
 use crate::idempotency::{Idempotency, IdempotencyLayer};
@@ -25,6 +26,7 @@ use crate::proxy::{strip_hop_by_hop_headers, Proxy, ProxyBody, RequestBody};
 use crate::reload::RouteSource;
 use crate::request_id::{assign_request_id, stamp_request_id};
 use crate::route::RESERVED_PREFIX;
+use crate::server::AmbiguousFraming;
 use crate::store::{FenceStore, IntentStore};
 
 type RoutedStack = Routing<Fence<Idempotency<Gate<Proxy>>>>;
@@ -90,6 +92,15 @@ impl Service<Request<Incoming>> for Gateway {
         // Before the reserved/routed split, so both answer with the id and every layer (and the
         // upstream) sees it; not a layer, because the error-to-response step below needs it too.
         let request_id = assign_request_id(&mut request);
+        // A head with both `Content-Length` and `Transfer-Encoding` (hyper kept only the latter)
+        // is a smuggling attempt or a broken client: refused, whatever its path.
+        if request.extensions().get::<AmbiguousFraming>().is_some() {
+            let response = GatewayError::AmbiguousFraming.into_response(&request_id);
+            return Box::pin(std::future::ready(Ok(stamp_request_id(
+                response,
+                &request_id,
+            ))));
+        }
         if request.uri().path().starts_with(RESERVED_PREFIX) {
             let claim = self.claim.clone();
             return Box::pin(async move {

@@ -1,6 +1,7 @@
 //! Intent records in the embedded store: the `intents` table and the writer task's intent
 //! commands. The writer runs each batch's intent commands in one transaction, so every `begin` is
-//! read → `decide_begin` → write with nobody in between, and the batch shares one fsync.
+//! read → `decide_begin` → write with nobody in between, and the batch shares one fsync; runs of
+//! single-key commands share one read and one write too (`embedded_intent_batch`).
 
 use std::sync::Arc;
 
@@ -8,8 +9,9 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::Connection as _;
 use tokio::sync::oneshot;
 
+use super::embedded_intent_batch::{apply_alone, apply_run, is_single_key, Answer};
 use super::intent_rows::{encode_ms, CorruptIntent, IntentRow};
-use super::intents::{decide_begin, BeginRequest, Begun, IntentRecord, Resolution, StoredOutcome};
+use super::intents::{BeginRequest, Begun, IntentRecord, Resolution, StoredOutcome};
 use super::StoreError;
 
 const BACKEND: &str = "embedded";
@@ -36,7 +38,8 @@ CREATE INDEX IF NOT EXISTS intents_submitting_by_updated
 CREATE INDEX IF NOT EXISTS intents_by_expiry ON intents (expires_ms);
 ";
 
-const COLUMNS: &str = "key, route, fence, fingerprint, state, attempt, attempt_expires_ms, \
+pub(super) const COLUMNS: &str =
+    "key, route, fence, fingerprint, state, attempt, attempt_expires_ms, \
                        created_ms, updated_ms, expires_ms, outcome";
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
@@ -110,29 +113,45 @@ impl From<sqlx::Error> for Failure {
     }
 }
 
-/// An answer computed inside the transaction, sent once the transaction's fate is known
-/// (`Some(error)`: it was rolled back and the caller gets the error instead).
-type Pending = Box<dyn FnOnce(Option<StoreError>) + Send>;
-
 /// Runs `commands` in one transaction and answers each after the commit (or with the error).
 pub(super) async fn apply(connection: &mut SqliteConnection, commands: Vec<IntentCommand>) {
     if commands.is_empty() {
         return;
     }
+    if commands.iter().all(is_single_key) {
+        return apply_alone(connection, commands).await;
+    }
     let mut transaction = match connection.begin().await {
         Ok(transaction) => transaction,
         Err(source) => return fail_all(commands, &Arc::new(source)),
     };
-    let mut pending: Vec<Pending> = Vec::with_capacity(commands.len());
-    let mut commands = commands.into_iter();
+    let mut pending: Vec<Answer> = Vec::with_capacity(commands.len());
+    let mut commands = commands.into_iter().peekable();
     let mut failed = None;
-    for command in commands.by_ref() {
+    while failed.is_none() {
+        let mut run = Vec::new();
+        while let Some(command) = commands.next_if(is_single_key) {
+            run.push(command);
+        }
+        if !run.is_empty() {
+            match apply_run(&mut transaction, run).await {
+                Ok(answers) => pending.extend(answers),
+                Err((source, answers)) => {
+                    pending.extend(answers);
+                    failed = Some(source);
+                }
+            }
+            continue;
+        }
+        // Listing and pruning read many rows: run on their own, after the run before them.
+        let Some(command) = commands.next() else {
+            break;
+        };
         match execute(&mut transaction, command).await {
             Ok(answer) => pending.push(answer),
             Err((source, answer)) => {
                 pending.push(answer);
                 failed = Some(source);
-                break;
             }
         }
     }
@@ -164,29 +183,13 @@ fn fail_all(commands: Vec<IntentCommand>, source: &Arc<sqlx::Error>) {
     }
 }
 
-/// Runs one command; on a SQL error hands back the error and the command's reply.
+/// Runs one listing or pruning command; on a SQL error hands back the error and the command's
+/// reply. Single-key commands go through `apply_run` instead.
 async fn execute(
     connection: &mut SqliteConnection,
     command: IntentCommand,
-) -> Result<Pending, (sqlx::Error, Pending)> {
+) -> Result<Answer, (sqlx::Error, Answer)> {
     match command {
-        IntentCommand::Begin { request, reply } => settle(reply, begin(connection, &request).await),
-        IntentCommand::Complete {
-            key,
-            outcome,
-            now_ms,
-            reply,
-        } => settle(
-            reply,
-            record_outcome(connection, &key, &outcome, now_ms).await,
-        ),
-        IntentCommand::Abandon {
-            key,
-            attempt,
-            now_ms,
-            reply,
-        } => settle(reply, abandon(connection, &key, &attempt, now_ms).await),
-        IntentCommand::Get { key, reply } => settle(reply, get(connection, &key).await),
         IntentCommand::ListSubmitting {
             updated_before_ms,
             limit,
@@ -195,25 +198,21 @@ async fn execute(
             reply,
             list_submitting(connection, updated_before_ms, limit).await,
         ),
-        IntentCommand::Resolve {
-            key,
-            resolution,
-            now_ms,
-            reply,
-        } => {
-            let resolved = match resolution {
-                Resolution::Outcome(outcome) => {
-                    record_outcome(connection, &key, &outcome, now_ms).await
-                }
-                Resolution::Release => release(connection, &key).await,
-            };
-            settle(reply, resolved)
-        }
         IntentCommand::Prune {
             now_ms,
             limit,
             reply,
         } => settle(reply, prune(connection, now_ms, limit).await),
+        // `apply` hands these to `apply_run` in runs; one alone is a run of one.
+        single_key => {
+            let only = |mut answers: Vec<Answer>| -> Answer {
+                answers.pop().unwrap_or_else(|| Box::new(|_| ()))
+            };
+            match apply_run(connection, vec![single_key]).await {
+                Ok(answers) => Ok(only(answers)),
+                Err((source, answers)) => Err((source, only(answers))),
+            }
+        }
     }
 }
 
@@ -221,8 +220,8 @@ async fn execute(
 fn settle<T: Send + 'static>(
     reply: Reply<T>,
     result: Result<T, Failure>,
-) -> Result<Pending, (sqlx::Error, Pending)> {
-    let answer = |value: Result<T, StoreError>| -> Pending {
+) -> Result<Answer, (sqlx::Error, Answer)> {
+    let answer = |value: Result<T, StoreError>| -> Answer {
         Box::new(move |failure: Option<StoreError>| {
             let _ = reply.send(match failure {
                 Some(error) => Err(error),
@@ -239,100 +238,6 @@ fn settle<T: Send + 'static>(
         // The value is never sent: the batch is rolled back and every answer gets the error.
         Err(Failure::Sql(source)) => Err((source, answer(Err(StoreError::Closed)))),
     }
-}
-
-async fn begin(
-    connection: &mut SqliteConnection,
-    request: &BeginRequest,
-) -> Result<Begun, Failure> {
-    let existing = get(connection, &request.key).await?;
-    let (begun, write) = decide_begin(existing.as_ref(), request);
-    if let Some(record) = write {
-        write_record(connection, &record).await?;
-    }
-    Ok(begun)
-}
-
-/// Inserts `record`, replacing whatever the key held.
-async fn write_record(
-    connection: &mut SqliteConnection,
-    record: &IntentRecord,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(&format!(
-        "INSERT OR REPLACE INTO intents ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    ))
-    .bind(&record.key)
-    .bind(&record.route)
-    .bind(encode_fence(record.fence))
-    .bind(&record.fingerprint)
-    .bind(record.state.as_str())
-    .bind(record.attempt.as_deref())
-    .bind(encode_ms(record.attempt_expires_ms))
-    .bind(encode_ms(record.created_ms))
-    .bind(encode_ms(record.updated_ms))
-    .bind(encode_ms(record.expires_ms))
-    .bind(record.outcome.as_ref().map(StoredOutcome::to_json))
-    .execute(connection)
-    .await
-    .map(|_| ())
-}
-
-/// Completes a SUBMITTING intent with `outcome` (a call's answer, or an operator's word).
-async fn record_outcome(
-    connection: &mut SqliteConnection,
-    key: &str,
-    outcome: &StoredOutcome,
-    now_ms: u64,
-) -> Result<bool, Failure> {
-    let done = sqlx::query(
-        "UPDATE intents SET state = 'COMPLETED', outcome = ?, attempt = NULL, updated_ms = ? \
-         WHERE key = ? AND state = 'SUBMITTING'",
-    )
-    .bind(outcome.to_json())
-    .bind(encode_ms(now_ms))
-    .bind(key)
-    .execute(connection)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-async fn abandon(
-    connection: &mut SqliteConnection,
-    key: &str,
-    attempt: &str,
-    now_ms: u64,
-) -> Result<(), Failure> {
-    sqlx::query(
-        "UPDATE intents SET attempt = NULL, attempt_expires_ms = ?, updated_ms = ? \
-         WHERE key = ? AND attempt = ? AND state = 'SUBMITTING'",
-    )
-    .bind(encode_ms(now_ms))
-    .bind(encode_ms(now_ms))
-    .bind(key)
-    .bind(attempt)
-    .execute(connection)
-    .await?;
-    Ok(())
-}
-
-async fn release(connection: &mut SqliteConnection, key: &str) -> Result<bool, Failure> {
-    let deleted = sqlx::query("DELETE FROM intents WHERE key = ? AND state = 'SUBMITTING'")
-        .bind(key)
-        .execute(connection)
-        .await?;
-    Ok(deleted.rows_affected() == 1)
-}
-
-async fn get(
-    connection: &mut SqliteConnection,
-    key: &str,
-) -> Result<Option<IntentRecord>, Failure> {
-    let row: Option<IntentRow> =
-        sqlx::query_as(&format!("SELECT {COLUMNS} FROM intents WHERE key = ?"))
-            .bind(key)
-            .fetch_optional(connection)
-            .await?;
-    row.map(decode_row).transpose()
 }
 
 async fn list_submitting(
@@ -368,11 +273,11 @@ async fn prune(
 }
 
 /// Fences are stored bit for bit as SQLite's signed integer, like marks.
-fn encode_fence(fence: u64) -> i64 {
+pub(super) fn encode_fence(fence: u64) -> i64 {
     i64::from_ne_bytes(fence.to_ne_bytes())
 }
 
-fn decode_fence(stored: i64) -> u64 {
+pub(super) fn decode_fence(stored: i64) -> u64 {
     u64::from_ne_bytes(stored.to_ne_bytes())
 }
 
@@ -380,7 +285,7 @@ fn encode_count(count: usize) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
 }
 
-fn backend_error(source: &Arc<sqlx::Error>) -> StoreError {
+pub(super) fn backend_error(source: &Arc<sqlx::Error>) -> StoreError {
     StoreError::Backend {
         backend: BACKEND,
         source: Arc::clone(source) as Arc<dyn std::error::Error + Send + Sync>,

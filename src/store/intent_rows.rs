@@ -21,7 +21,7 @@ pub(super) struct IntentRow {
 }
 
 /// A stored record that does not decode (edited by hand, or written by a newer version).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("intent {key}: unreadable stored record: {detail}")]
 pub(super) struct CorruptIntent {
     pub key: String,

@@ -5,6 +5,7 @@ pub mod adoption;
 mod cache;
 mod checked;
 mod embedded;
+mod embedded_intent_batch;
 mod embedded_intents;
 mod intent_rows;
 pub mod intents;

@@ -7,7 +7,10 @@ mod support;
 
 use std::time::Duration;
 
-use fencegate::config::{PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH};
+use fencegate::config::{
+    PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
+    DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
+};
 use fencegate::gate::{PostgresGate, SharedGateError, SharedPass};
 use support::postgres::{unique_schema, TEST_POSTGRES_URL};
 
@@ -17,6 +20,7 @@ async fn gate(namespace: &str, connections: u32) -> PostgresGate {
         url: TEST_POSTGRES_URL.to_owned(),
         schema: namespace.to_owned(),
         max_connections: 2,
+        batches_in_flight: DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
         gate_connections: connections,
         max_batch: DEFAULT_MAX_BATCH,
         cache_capacity: DEFAULT_CACHE_CAPACITY,

@@ -7,7 +7,10 @@ mod support;
 
 use std::sync::Arc;
 
-use fencegate::config::{PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH};
+use fencegate::config::{
+    PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
+    DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
+};
 use fencegate::store::{BeginRequest, Begun, FenceStore, IntentStore, PostgresStore};
 use support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
 
@@ -16,6 +19,7 @@ fn config(schema: &str) -> PostgresStoreConfig {
         url: TEST_POSTGRES_URL.to_owned(),
         schema: schema.to_owned(),
         max_connections: 8,
+        batches_in_flight: DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
         gate_connections: 8,
         max_batch: DEFAULT_MAX_BATCH,
         cache_capacity: DEFAULT_CACHE_CAPACITY,

@@ -56,6 +56,10 @@ pub const DEFAULT_POSTGRES_SCHEMA: &str = "fencegate";
 pub const DEFAULT_POSTGRES_MAX_CONNECTIONS: u32 = 16;
 /// Connections of one gateway's cross-replica gate pool.
 pub const DEFAULT_POSTGRES_GATE_CONNECTIONS: u32 = 64;
+/// Batched advance statements one gateway runs at once on PostgreSQL. Few, so that concurrent
+/// advances wait for a turn and join a larger batch: measured on 2 cores, c=64, `ordering = "none"`:
+/// 16 at once gave 10.5k req/s, 4 gave 16.9k, 2 gave 20.1k.
+pub const DEFAULT_POSTGRES_BATCHES_IN_FLIGHT: usize = 2;
 /// Prefix of fencegate's Redis keys unless the file names another.
 pub const DEFAULT_REDIS_KEY_PREFIX: &str = "fencegate:";
 /// The methods a route fences when it lists none: the unsafe ones of RFC 9110 §9.2.1.
@@ -211,6 +215,9 @@ pub struct PostgresStoreConfig {
     pub schema: String,
     #[serde(default = "default_postgres_max_connections")]
     pub max_connections: u32,
+    /// Batched advance statements running at once (each on one of `max_connections`).
+    #[serde(default = "default_postgres_batches_in_flight")]
+    pub batches_in_flight: usize,
     /// Connections for the cross-replica key gate (`ordering = "serialize"`): each forward in
     /// flight holds one, so this bounds how many keys are written at once per gateway.
     #[serde(default = "default_postgres_gate_connections")]
@@ -474,6 +481,9 @@ fn default_postgres_schema() -> String {
 }
 fn default_postgres_max_connections() -> u32 {
     DEFAULT_POSTGRES_MAX_CONNECTIONS
+}
+fn default_postgres_batches_in_flight() -> usize {
+    DEFAULT_POSTGRES_BATCHES_IN_FLIGHT
 }
 fn default_postgres_gate_connections() -> u32 {
     DEFAULT_POSTGRES_GATE_CONNECTIONS

@@ -59,11 +59,17 @@ impl PostgresStore {
         let batcher = Batcher {
             pool: pool.clone(),
             max_batch: config.max_batch.max(1),
-            in_flight: Arc::new(Semaphore::new(config.max_connections.max(1) as usize)),
+            in_flight: Arc::new(Semaphore::new(batches_in_flight(config))),
         };
         tokio::spawn(batcher.run(requests));
         Ok(PostgresStore { pool, advances })
     }
+}
+
+/// Batches run at once: as configured, at least one, at most one per pooled connection.
+fn batches_in_flight(config: &PostgresStoreConfig) -> usize {
+    let pool = usize::try_from(config.max_connections.max(1)).unwrap_or(usize::MAX);
+    config.batches_in_flight.clamp(1, pool)
 }
 
 /// Creates the schema and applies pending migrations (what `fencegate migrate` runs).

@@ -1,10 +1,13 @@
 //! The cross-replica gate on PostgreSQL (`PostgresGate`), driven directly: two gates with pools of
 //! their own stand for two replicas. A held key keeps the other replica out until it is released;
-//! a wait that is abandoned half-way (the request went away) leaves no lock behind in the pool.
+//! a wait that is abandoned half-way (the request went away) leaves no lock behind in the pool;
+//! keys entered together (batched on the lock-holder sessions) are all held and all released; an
+//! entry abandoned before its batch answered leaves no lock behind on the holder session.
 //! PostgreSQL must be running on 127.0.0.1:5432: these tests fail, never skip, when it is not.
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fencegate::config::{
@@ -12,6 +15,7 @@ use fencegate::config::{
     DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
 };
 use fencegate::gate::{PostgresGate, SharedGateError, SharedPass};
+use futures_util::FutureExt as _;
 use support::postgres::{unique_schema, TEST_POSTGRES_URL};
 
 /// A gate whose pool has `connections` connections; the schema only namespaces the lock ids.
@@ -94,4 +98,64 @@ async fn an_abandoned_wait_leaves_no_lock_behind() {
     drop(enter_soon(&holder, "invoice:7").await);
     holder.close().await;
     waiter.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_entered_together_are_all_held_and_all_released() {
+    let namespace = unique_schema();
+    let (one, two) = (
+        Arc::new(gate(&namespace, 2).await),
+        Arc::new(gate(&namespace, 2).await),
+    );
+    // 200 entries at once: they go to the lock-holder sessions in a few batches.
+    let entries: Vec<_> = (0..200)
+        .map(|i| {
+            let one = Arc::clone(&one);
+            tokio::spawn(async move {
+                one.enter(&format!("invoice:{i}"), Duration::from_secs(5))
+                    .await
+                    .unwrap_or_else(|e| panic!("entry {i}: {e}"))
+            })
+        })
+        .collect();
+    let mut passes = Vec::new();
+    for entry in entries {
+        passes.push(entry.await.expect("entry task"));
+    }
+    for i in [0, 77, 199] {
+        match two
+            .enter(&format!("invoice:{i}"), Duration::from_millis(100))
+            .await
+        {
+            Err(SharedGateError::Timeout(_)) => {}
+            Err(e) => panic!("expected a timeout, got {e}"),
+            Ok(_) => panic!("the other replica entered held key {i}"),
+        }
+    }
+    drop(passes);
+    for i in [0, 77, 199] {
+        drop(enter_soon(&two, &format!("invoice:{i}")).await);
+    }
+    one.close().await;
+    two.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_abandoned_before_its_batch_answered_leaves_no_lock_behind() {
+    let namespace = unique_schema();
+    let (one, two) = (gate(&namespace, 1).await, gate(&namespace, 1).await);
+    // Polled once (the entry is queued for the lock-holder session), then dropped: if the
+    // session takes the lock, nobody is left to hold it, and it must be released.
+    for _ in 0..20 {
+        let abandoned = one
+            .enter("invoice:9", Duration::from_secs(5))
+            .now_or_never();
+        assert!(
+            abandoned.is_none(),
+            "the entry should not have answered at its first poll"
+        );
+    }
+    drop(enter_soon(&two, "invoice:9").await);
+    one.close().await;
+    two.close().await;
 }

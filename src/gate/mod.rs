@@ -6,12 +6,13 @@
 mod body;
 mod layer;
 mod local;
+mod lock_holder;
 mod postgres;
 
 pub use body::GatedBody;
 pub use layer::{Gate, GateLayer};
 pub use local::{LocalGate, LocalPass};
-pub use postgres::{PostgresGate, SharedGateError, SharedPass};
+pub use postgres::{DedicatedLock, PostgresGate, SharedGateError, SharedPass};
 
 use std::sync::Arc;
 

@@ -1,6 +1,8 @@
 //! The cross-replica gate on PostgreSQL: a session-level advisory lock on a 64-bit hash of the
-//! key, held on a dedicated connection for the length of the forward. If the gateway dies, its
-//! connection closes, the session ends and the gate opens by itself.
+//! key, held for the length of the forward. A free key is taken by one of a few lock-holder
+//! sessions, in batches (`lock_holder.rs`); a key another replica holds is waited for on a
+//! dedicated connection. If the gateway dies, its connections close, the sessions end and the
+//! gate opens by itself.
 
 use std::time::Duration;
 
@@ -8,6 +10,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Postgres;
 
+use super::lock_holder::{HeldLock, LockHolder};
 use crate::config::PostgresStoreConfig;
 use crate::store::StoreError;
 
@@ -16,9 +19,13 @@ const BACKEND: &str = "postgres";
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// How long acquiring a gate connection may take before the request counts as failed.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Lock-holder sessions per gateway; a key always goes to the same one.
+const LOCK_HOLDERS: usize = 2;
 
 pub struct PostgresGate {
+    /// Dedicated connections, for waiting on a key another session holds.
     pool: PgPool,
+    holders: Vec<LockHolder>,
     namespace: String,
 }
 
@@ -31,10 +38,17 @@ pub enum SharedGateError {
     Store(#[from] StoreError),
 }
 
-/// A key's shared gate, held: a session-level advisory lock on a pooled connection. Dropping it
-/// unlocks in the background; a connection whose unlock fails, or that cannot be unlocked, is
-/// closed instead of going back to the pool, and closing a session releases its locks.
-pub struct SharedPass {
+/// A key's shared gate, held: by a lock-holder session, or (after waiting for another replica)
+/// on a dedicated pooled connection. Dropping it releases the lock in the background.
+pub enum SharedPass {
+    Batched(HeldLock),
+    Dedicated(DedicatedLock),
+}
+
+/// A session-level advisory lock on a pooled connection. Dropping it unlocks in the background;
+/// a connection whose unlock fails, or that cannot be unlocked, is closed instead of going back
+/// to the pool, and closing a session releases its locks.
+pub struct DedicatedLock {
     connection: Option<PoolConnection<Postgres>>,
     lock: i64,
 }
@@ -62,21 +76,53 @@ impl PostgresGate {
             .url
             .parse()
             .map_err(|e| setup(format!("gate: not a PostgreSQL URL: {e}")))?;
+        let holders = (0..LOCK_HOLDERS)
+            .map(|_| LockHolder::start(options.clone()))
+            .collect();
         let pool = PgPoolOptions::new()
             .max_connections(config.gate_connections.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(options);
         Ok(PostgresGate {
             pool,
+            holders,
             namespace: config.schema.clone(),
         })
     }
 
-    /// Waits up to `wait` for the key's advisory lock.
-    /// Waits at most `wait` for the key's lock. One round trip: the statement sets this wait as
-    /// the session's `lock_timeout`, then takes the session-level lock (no transaction to begin
-    /// and commit around it).
+    /// Waits at most `wait` for the key's lock: first a try in the key's lock-holder session's
+    /// next batch, then, if another session holds the key, a wait on a dedicated connection.
     pub async fn enter(&self, key: &str, wait: Duration) -> Result<SharedPass, SharedGateError> {
+        let started = std::time::Instant::now();
+        let lock = lock_id(&self.namespace, key);
+        let holder = &self.holders[holder_index(lock, self.holders.len())];
+        match tokio::time::timeout(wait, holder.try_lock(lock)).await {
+            Ok(Ok(Some(held))) => return Ok(SharedPass::Batched(held)),
+            Ok(Ok(None)) => {}
+            Ok(Err(source)) => return Err(SharedGateError::Store(source)),
+            Err(_) => return Err(SharedGateError::Timeout(wait)),
+        }
+        let left = wait.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Err(SharedGateError::Timeout(wait));
+        }
+        self.wait_dedicated(lock, left)
+            .await
+            .map(SharedPass::Dedicated)
+            .map_err(|e| match e {
+                SharedGateError::Timeout(_) => SharedGateError::Timeout(wait),
+                other => other,
+            })
+    }
+
+    /// Waits at most `wait` for the lock on a dedicated connection. One round trip: the statement
+    /// sets this wait as the session's `lock_timeout`, then takes the session-level lock (no
+    /// transaction to begin and commit around it).
+    async fn wait_dedicated(
+        &self,
+        lock: i64,
+        wait: Duration,
+    ) -> Result<DedicatedLock, SharedGateError> {
         let store_error = |source: sqlx::Error| {
             SharedGateError::Store(StoreError::Backend {
                 backend: BACKEND,
@@ -86,7 +132,6 @@ impl PostgresGate {
         let connection = self.pool.acquire().await.map_err(store_error)?;
         let mut pending = Unconfirmed(Some(connection));
         let millis = wait.as_millis().clamp(1, i32::MAX as u128);
-        let lock = lock_id(&self.namespace, key);
         let Some(connection) = pending.0.as_mut() else {
             return Err(SharedGateError::Timeout(wait));
         };
@@ -100,7 +145,7 @@ impl PostgresGate {
         .execute(&mut **connection)
         .await;
         match locked {
-            Ok(_) => Ok(SharedPass {
+            Ok(_) => Ok(DedicatedLock {
                 connection: pending.0.take(),
                 lock,
             }),
@@ -118,7 +163,7 @@ impl PostgresGate {
     }
 }
 
-impl Drop for SharedPass {
+impl Drop for DedicatedLock {
     fn drop(&mut self) {
         let Some(mut connection) = self.connection.take() else {
             return;
@@ -140,6 +185,13 @@ impl Drop for SharedPass {
             }
         });
     }
+}
+
+/// The lock-holder session of `lock`: the same one every time, so that a key released and taken
+/// again by one gateway meets its own session, never a different one still holding it.
+fn holder_index(lock: i64, holders: usize) -> usize {
+    let spread = u64::from_ne_bytes(lock.to_ne_bytes()) % holders.max(1) as u64;
+    usize::try_from(spread).unwrap_or(0)
 }
 
 fn lock_id(namespace: &str, key: &str) -> i64 {

@@ -11,7 +11,9 @@ mod intent_rows;
 pub mod intents;
 mod mailbox;
 mod postgres;
+mod postgres_batcher;
 mod postgres_intents;
+mod postgres_reads;
 mod redis;
 mod trust;
 

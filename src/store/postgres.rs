@@ -13,14 +13,14 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::ConnectOptions as _;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 
+use super::postgres_batcher;
+use super::postgres_reads::{read_marks, ReadRequest};
 use super::{decide, new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use crate::config::{Compare, PostgresStoreConfig};
 
 pub(super) const BACKEND: &str = "postgres";
-/// Requests that may queue for a batch before callers wait (their store timeout still runs).
-const COMMAND_QUEUE: usize = 16 * 1024;
 /// How long opening (and each later connection attempt) may take before it counts as a failure.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -41,6 +41,7 @@ RETURNING m.key, m.mark, m.previous_mark";
 pub struct PostgresStore {
     pub(super) pool: PgPool,
     advances: mpsc::Sender<AdvanceRequest>,
+    reads: mpsc::Sender<ReadRequest>,
 }
 
 struct AdvanceRequest {
@@ -55,14 +56,24 @@ impl PostgresStore {
     pub async fn open(config: &PostgresStoreConfig) -> Result<PostgresStore, StoreError> {
         let pool = connect(config).await?;
         migrate_pool(&pool, &config.schema).await?;
-        let (advances, requests) = mpsc::channel(COMMAND_QUEUE);
-        let batcher = Batcher {
-            pool: pool.clone(),
-            max_batch: config.max_batch.max(1),
-            in_flight: Arc::new(Semaphore::new(batches_in_flight(config))),
-        };
-        tokio::spawn(batcher.run(requests));
-        Ok(PostgresStore { pool, advances })
+        let in_flight = batches_in_flight(config);
+        let advances = postgres_batcher::start(
+            pool.clone(),
+            config.max_batch,
+            in_flight,
+            |pool, batch: Vec<AdvanceRequest>| Box::pin(async move { execute(&pool, batch).await }),
+        );
+        let reads = postgres_batcher::start(
+            pool.clone(),
+            config.max_batch,
+            in_flight,
+            |pool, batch: Vec<ReadRequest>| Box::pin(read_marks(pool, batch)),
+        );
+        Ok(PostgresStore {
+            pool,
+            advances,
+            reads,
+        })
     }
 }
 
@@ -172,12 +183,12 @@ impl FenceStore for PostgresStore {
     fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>> {
         let key = key.to_owned();
         Box::pin(async move {
-            let row: Option<(i64,)> = sqlx::query_as("SELECT mark FROM fence_marks WHERE key = $1")
-                .bind(&key)
-                .fetch_optional(&self.pool)
+            let (reply, answer) = oneshot::channel();
+            self.reads
+                .send(ReadRequest { key, reply })
                 .await
-                .map_err(backend_error)?;
-            Ok(row.map(|(mark,)| decode_mark(mark)))
+                .map_err(|_| StoreError::Closed)?;
+            answer.await.map_err(|_| StoreError::Closed)?
         })
     }
 
@@ -216,37 +227,7 @@ impl FenceStore for PostgresStore {
     }
 }
 
-/// Collects concurrent advances into batches and runs up to one batch per pooled connection.
-struct Batcher {
-    pool: PgPool,
-    max_batch: usize,
-    in_flight: Arc<Semaphore>,
-}
-
-impl Batcher {
-    async fn run(self, mut requests: mpsc::Receiver<AdvanceRequest>) {
-        while let Some(first) = requests.recv().await {
-            // Waiting for a free connection first lets more requests join the next batch.
-            let Ok(permit) = Arc::clone(&self.in_flight).acquire_owned().await else {
-                return;
-            };
-            let mut batch = vec![first];
-            while batch.len() < self.max_batch {
-                match requests.try_recv() {
-                    Ok(request) => batch.push(request),
-                    Err(_) => break,
-                }
-            }
-            let pool = self.pool.clone();
-            tokio::spawn(async move {
-                execute(&pool, batch).await;
-                drop(permit);
-            });
-        }
-    }
-}
-
-/// Runs one batch and answers each of its requests.
+/// Runs one batch of advances and answers each of its requests.
 async fn execute(pool: &PgPool, batch: Vec<AdvanceRequest>) {
     if pool.is_closed() {
         for request in batch {

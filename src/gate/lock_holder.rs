@@ -1,0 +1,217 @@
+//! Batched cross-replica key locks: one PostgreSQL session holds the advisory locks of many keys
+//! at once. Entries and releases queued while a statement runs go together in the next one
+//! (`pg_try_advisory_lock` / `pg_advisory_unlock` over arrays), so an uncontended key costs a
+//! share of two statements instead of a connection and two round trips of its own. A key held by
+//! another session is not waited for here: the caller then waits on a dedicated connection.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::ConnectOptions as _;
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+use crate::store::StoreError;
+
+const BACKEND: &str = "postgres";
+/// Longest a connect or one batch's statement may take; past it the session is given up.
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most entries and releases in one statement.
+const MAX_BATCH: usize = 1024;
+
+/// One holder session's queue. Cloning shares the session.
+#[derive(Clone)]
+pub struct LockHolder {
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+enum Command {
+    Lock { lock: i64, reply: Reply },
+    Unlock { lock: i64, session: u64 },
+}
+
+/// A key's lock, held by a holder session. Dropping it queues the release; the session stays
+/// open while any of its locks is held, even after the holder gave it up for a new one.
+pub struct HeldLock {
+    lock: i64,
+    session: Arc<Session>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        // After a send error the holder task is gone; the session closes with the last lock.
+        let _ = self.commands.send(Command::Unlock {
+            lock: self.lock,
+            session: self.session.id,
+        });
+    }
+}
+
+/// A holder's connection. Dropped (and with it the connection, which ends the PostgreSQL session
+/// and frees every lock it held) when neither the holder nor any held lock needs it.
+struct Session {
+    id: u64,
+    connection: Mutex<PgConnection>,
+}
+
+impl LockHolder {
+    /// Starts a holder task; it connects on its first batch.
+    pub fn start(options: PgConnectOptions) -> LockHolder {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let task = HolderTask {
+            options,
+            current: None,
+            sessions: AtomicU64::new(0),
+            commands: commands.clone(),
+        };
+        tokio::spawn(task.run(receiver));
+        LockHolder { commands }
+    }
+
+    /// Takes `lock` if no other session holds it: `Some` held lock, or `None` if it is held
+    /// elsewhere. Dropping the wait is safe: a lock taken for a caller that went away is released.
+    pub async fn try_lock(&self, lock: i64) -> Result<Option<HeldLock>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Lock { lock, reply })
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+}
+
+struct HolderTask {
+    options: PgConnectOptions,
+    current: Option<Arc<Session>>,
+    sessions: AtomicU64,
+    /// For the locks it hands out.
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl HolderTask {
+    async fn run(mut self, mut receiver: mpsc::UnboundedReceiver<Command>) {
+        let mut batch = Vec::new();
+        while receiver.recv_many(&mut batch, MAX_BATCH).await > 0 {
+            self.process(std::mem::take(&mut batch)).await;
+        }
+    }
+
+    async fn process(&mut self, batch: Vec<Command>) {
+        let mut locks = Vec::new();
+        let mut replies = Vec::new();
+        let mut unlocks = Vec::new();
+        for command in batch {
+            match command {
+                Command::Lock { lock, reply } => {
+                    locks.push(lock);
+                    replies.push(reply);
+                }
+                // A session given up releases its locks when it closes.
+                Command::Unlock { lock, session } => {
+                    if self.current.as_ref().is_some_and(|s| s.id == session) {
+                        unlocks.push(lock);
+                    }
+                }
+            }
+        }
+        if locks.is_empty() && unlocks.is_empty() {
+            return;
+        }
+        let session = match self.session().await {
+            Ok(session) => session,
+            Err(source) => return fail(replies, &source),
+        };
+        let ran = tokio::time::timeout(
+            STATEMENT_TIMEOUT,
+            run_statements(&session, &unlocks, &locks),
+        )
+        .await;
+        let taken = match ran {
+            Ok(Ok(taken)) if taken.len() == locks.len() => taken,
+            failed => {
+                // The session's state is unknown: give it up. Locks it still holds for passes
+                // in flight stay held until those passes end and the session closes.
+                tracing::warn!(result = ?failed.map(|r| r.map(|t| t.len())), "the gate's lock session failed; reconnecting");
+                self.current = None;
+                let source: Failure =
+                    Arc::new(std::io::Error::other("the gate's lock session failed"));
+                return fail(replies, &source);
+            }
+        };
+        for ((lock, reply), taken) in locks.into_iter().zip(replies).zip(taken) {
+            let held = taken.then(|| HeldLock {
+                lock,
+                session: Arc::clone(&session),
+                commands: self.commands.clone(),
+            });
+            // If the caller went away, the returned lock is dropped here, which queues its
+            // release for the next batch.
+            let _ = reply.send(Ok(held));
+        }
+    }
+
+    /// The current session, connecting a new one if there is none.
+    async fn session(&mut self) -> Result<Arc<Session>, Failure> {
+        if let Some(session) = &self.current {
+            return Ok(Arc::clone(session));
+        }
+        let connection = match tokio::time::timeout(STATEMENT_TIMEOUT, self.options.connect()).await
+        {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(source)) => return Err(Arc::new(source)),
+            Err(_) => {
+                return Err(Arc::new(std::io::Error::other(
+                    "connecting the gate's lock session timed out",
+                )))
+            }
+        };
+        let session = Arc::new(Session {
+            id: self.sessions.fetch_add(1, Ordering::Relaxed),
+            connection: Mutex::new(connection),
+        });
+        self.current = Some(Arc::clone(&session));
+        Ok(session)
+    }
+}
+
+/// Why a batch failed, shared by every entry in it.
+type Failure = Arc<dyn std::error::Error + Send + Sync>;
+
+type Reply = oneshot::Sender<Result<Option<HeldLock>, StoreError>>;
+
+fn fail(replies: Vec<Reply>, source: &Failure) {
+    for reply in replies {
+        let _ = reply.send(Err(StoreError::Backend {
+            backend: BACKEND,
+            source: Arc::clone(source),
+        }));
+    }
+}
+
+/// Releases `unlocks`, then tries `locks`; returns, per lock in order, whether it was taken.
+/// A session's advisory locks count re-entries, so a key released and taken again by the same
+/// session in one batch ends up held once, in either order.
+async fn run_statements(
+    session: &Session,
+    unlocks: &[i64],
+    locks: &[i64],
+) -> Result<Vec<bool>, sqlx::Error> {
+    let mut connection = session.connection.lock().await;
+    if !unlocks.is_empty() {
+        sqlx::query("SELECT pg_advisory_unlock(id) FROM unnest($1::bigint[]) AS u(id)")
+            .bind(unlocks)
+            .execute(&mut *connection)
+            .await?;
+    }
+    if locks.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar(
+        "SELECT pg_try_advisory_lock(l.id) FROM unnest($1::bigint[]) WITH ORDINALITY AS l(id, n) \
+         ORDER BY l.n",
+    )
+    .bind(locks)
+    .fetch_all(&mut *connection)
+    .await
+}

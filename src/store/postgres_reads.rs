@@ -1,0 +1,49 @@
+//! Batched mark reads on PostgreSQL (the ordering gate's re-check): the marks of every key asked
+//! for while the previous read ran, in one `SELECT … WHERE key = ANY(…)`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sqlx::postgres::PgPool;
+use tokio::sync::oneshot;
+
+use super::postgres::{decode_mark, BACKEND};
+use super::StoreError;
+
+pub(super) struct ReadRequest {
+    pub key: String,
+    pub reply: oneshot::Sender<Result<Option<u64>, StoreError>>,
+}
+
+/// Reads the marks of a batch's keys with one statement and answers each request.
+pub(super) async fn read_marks(pool: PgPool, batch: Vec<ReadRequest>) {
+    let mut keys: Vec<&str> = batch.iter().map(|r| r.key.as_str()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let rows: Result<Vec<(String, i64)>, sqlx::Error> =
+        sqlx::query_as("SELECT key, mark FROM fence_marks WHERE key = ANY($1)")
+            .bind(&keys)
+            .fetch_all(&pool)
+            .await;
+    match rows {
+        Ok(rows) => {
+            let marks: HashMap<String, u64> = rows
+                .into_iter()
+                .map(|(key, mark)| (key, decode_mark(mark)))
+                .collect();
+            for request in batch {
+                let _ = request.reply.send(Ok(marks.get(&request.key).copied()));
+            }
+        }
+        Err(source) => {
+            tracing::error!(error = %source, "postgres mark read failed");
+            let source = Arc::new(source);
+            for request in batch {
+                let _ = request.reply.send(Err(StoreError::Backend {
+                    backend: BACKEND,
+                    source: Arc::clone(&source) as Arc<dyn std::error::Error + Send + Sync>,
+                }));
+            }
+        }
+    }
+}

@@ -244,14 +244,17 @@ impl App {
             Arc::clone(&intents),
             self.config.server.intent_prune_interval,
         ));
-        let gateway = Gateway::new(
-            Arc::clone(&self.routes),
-            Arc::clone(&self.store),
-            intents,
-            self.gates.clone(),
-            Arc::clone(&self.metrics),
-        );
-        crate::server::serve(
+        // One gateway per serving thread, each with its own upstream connections.
+        let gateway = || {
+            Gateway::new(
+                Arc::clone(&self.routes),
+                Arc::clone(&self.store),
+                Arc::clone(&intents),
+                self.gates.clone(),
+                Arc::clone(&self.metrics),
+            )
+        };
+        let workers = crate::server::serve(
             listener,
             gateway,
             shutdown,
@@ -271,6 +274,8 @@ impl App {
         if let Err(e) = self.store.close().await {
             tracing::warn!(error = %e, "closing the store failed");
         }
+        // Last: pooled store connections opened while serving belong to the workers' runtimes.
+        drop(workers);
         tracing::info!("fencegate stopped");
     }
 }

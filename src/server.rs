@@ -6,6 +6,7 @@
 mod framing;
 mod refusal;
 mod watched_stream;
+mod workers;
 
 pub use watched_stream::AmbiguousFraming;
 
@@ -30,6 +31,7 @@ use crate::metrics::Metrics;
 use crate::proxy::ClientAddr;
 
 use watched_stream::{FramingWatch, WatchedStream};
+pub use workers::Workers;
 
 /// How long a client may take to send a request head before its connection is closed
 /// (bounds slowloris-style connections).
@@ -38,12 +40,13 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// so a connection flood cannot make the refusals themselves pile up.
 const MAX_CONCURRENT_REFUSALS: usize = 64;
 
-/// The listener's limits, from `[server]`.
+/// The listener's limits and serving threads, from `[server]`.
 #[derive(Debug, Clone, Copy)]
 pub struct ServerLimits {
     pub max_connections: usize,
     pub max_header_bytes: usize,
     pub max_headers: usize,
+    pub workers: usize,
 }
 
 impl ServerLimits {
@@ -52,19 +55,29 @@ impl ServerLimits {
             max_connections: server.max_connections,
             max_header_bytes: server.max_header_bytes,
             max_headers: server.max_headers,
+            workers: server.worker_count(),
         }
     }
 }
 
-/// Serves `gateway` on `listener` until `shutdown` resolves, then drains for at most `grace`.
+/// Serves on `listener` until `shutdown` resolves, then drains for at most `grace`. Accepts here;
+/// each connection is served on one of `limits.workers` threads, with that thread's gateway from
+/// `gateway`. Returns the threads, to be dropped (stopped) once nothing uses them any more.
 pub async fn serve(
     listener: TcpListener,
-    gateway: Gateway,
+    gateway: impl Fn() -> Gateway,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
     limits: ServerLimits,
     metrics: Arc<Metrics>,
-) {
+) -> Option<Workers> {
+    let workers = match Workers::start(limits.workers, gateway) {
+        Ok(workers) => workers,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the serving threads");
+            return None;
+        }
+    };
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // hyper answers a head over these with 431 and closes (RFC 6585 §5).
     builder
@@ -106,10 +119,23 @@ pub async fn serve(
                 };
                 let open = OpenConnection::new(permit, metrics.open_connections.clone());
                 let _ = stream.set_nodelay(true);
+                let worker = workers.next();
+                // The socket moves to the worker's I/O driver, so that its readiness wakes the
+                // worker's thread, not this one.
+                let stream = match stream.into_std().and_then(|stream| {
+                    let _entered = worker.runtime.enter();
+                    tokio::net::TcpStream::from_std(stream)
+                }) {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        tracing::warn!(%peer, error = %e, "handing a connection to a serving thread failed");
+                        continue;
+                    }
+                };
                 let client = ClientAddr::new(peer);
                 let watch = Arc::new(FramingWatch::default());
                 let stream = WatchedStream::new(stream, limits.max_header_bytes, Arc::clone(&watch));
-                let service = gateway.clone().map_request(move |mut request: Request<Incoming>| {
+                let service = worker.gateway.clone().map_request(move |mut request: Request<Incoming>| {
                     request.extensions_mut().insert(client.clone());
                     if request.version() <= http::Version::HTTP_11
                         && watch.next_request_is_ambiguous()
@@ -122,7 +148,7 @@ pub async fn serve(
                     .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
                     .into_owned();
                 let watched = graceful.watch(connection);
-                tokio::spawn(async move {
+                worker.runtime.spawn(async move {
                     if let Err(e) = watched.await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
@@ -140,6 +166,7 @@ pub async fn serve(
     {
         tracing::warn!("shutdown grace period ended with requests still in flight");
     }
+    Some(workers)
 }
 
 /// One open client connection: holds its `max_connections` permit and counts itself in the

@@ -135,6 +135,20 @@ pub struct ServerConfig {
     /// Most header fields in one HTTP/1.1 request; 431 above.
     #[serde(default = "default_max_headers")]
     pub max_headers: usize,
+    /// Threads serving client connections, each a single-threaded runtime with its own upstream
+    /// connection pool; 0: one per core.
+    #[serde(default)]
+    pub workers: usize,
+}
+
+impl ServerConfig {
+    /// The number of serving threads: `workers`, or one per core when it is 0.
+    pub fn worker_count(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            n => n,
+        }
+    }
 }
 
 /// `[store]`: where high-water marks live, chosen by `backend`.

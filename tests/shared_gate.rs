@@ -2,7 +2,8 @@
 //! their own stand for two replicas. A held key keeps the other replica out until it is released;
 //! a wait that is abandoned half-way (the request went away) leaves no lock behind in the pool;
 //! keys entered together (batched on the lock-holder sessions) are all held and all released; an
-//! entry abandoned before its batch answered leaves no lock behind on the holder session.
+//! entry abandoned before its batch answered leaves no lock behind on the holder session; releases
+//! and entries queued together both take effect.
 //! PostgreSQL must be running on 127.0.0.1:5432: these tests fail, never skip, when it is not.
 
 mod support;
@@ -156,6 +157,51 @@ async fn an_entry_abandoned_before_its_batch_answered_leaves_no_lock_behind() {
         );
     }
     drop(enter_soon(&two, "invoice:9").await);
+    one.close().await;
+    two.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_and_entries_batched_together_both_take_effect() {
+    let namespace = unique_schema();
+    let (one, two) = (
+        Arc::new(gate(&namespace, 2).await),
+        Arc::new(gate(&namespace, 2).await),
+    );
+    let mut held = Vec::new();
+    for i in 0..100 {
+        held.push(enter_soon(&one, &format!("old:{i}")).await);
+    }
+    // Releasing the old keys while entering new ones puts both in the same batches.
+    let entries: Vec<_> = (0..100)
+        .map(|i| {
+            let one = Arc::clone(&one);
+            tokio::spawn(async move {
+                one.enter(&format!("new:{i}"), Duration::from_secs(5))
+                    .await
+                    .unwrap_or_else(|e| panic!("new:{i}: {e}"))
+            })
+        })
+        .collect();
+    drop(held);
+    let mut new = Vec::new();
+    for entry in entries {
+        new.push(entry.await.expect("entry task"));
+    }
+    for i in 0..100 {
+        drop(enter_soon(&two, &format!("old:{i}")).await);
+    }
+    for i in [0, 50, 99] {
+        assert!(
+            matches!(
+                two.enter(&format!("new:{i}"), Duration::from_millis(50))
+                    .await,
+                Err(SharedGateError::Timeout(_))
+            ),
+            "new:{i} is held by the first replica"
+        );
+    }
+    drop(new);
     one.close().await;
     two.close().await;
 }

@@ -255,13 +255,7 @@ async fn execute(pool: &PgPool, batch: Vec<AdvanceRequest>) {
             .collect(),
         Err(source) => {
             tracing::error!(error = %source, "postgres advance failed");
-            let source = Arc::new(source);
-            for request in batch {
-                let _ = request.reply.send(Err(StoreError::Backend {
-                    backend: BACKEND,
-                    source: Arc::clone(&source) as Arc<dyn std::error::Error + Send + Sync>,
-                }));
-            }
+            fail_batch(batch.into_iter().map(|r| r.reply), source);
             return;
         }
     };
@@ -307,6 +301,20 @@ pub(super) fn encode_mark(mark: u64) -> i64 {
 
 pub(super) fn decode_mark(stored: i64) -> u64 {
     u64::from_ne_bytes(stored.to_ne_bytes()) ^ (1 << 63)
+}
+
+/// Answers every request of a failed batch with the batch's error.
+pub(super) fn fail_batch<T>(
+    replies: impl IntoIterator<Item = oneshot::Sender<Result<T, StoreError>>>,
+    source: sqlx::Error,
+) {
+    let source: Arc<dyn std::error::Error + Send + Sync> = Arc::new(source);
+    for reply in replies {
+        let _ = reply.send(Err(StoreError::Backend {
+            backend: BACKEND,
+            source: Arc::clone(&source),
+        }));
+    }
 }
 
 pub(super) fn backend_error(source: sqlx::Error) -> StoreError {

@@ -2,12 +2,11 @@
 //! for while the previous read ran, in one `SELECT … WHERE key = ANY(…)`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use sqlx::postgres::PgPool;
 use tokio::sync::oneshot;
 
-use super::postgres::{decode_mark, BACKEND};
+use super::postgres::{decode_mark, fail_batch};
 use super::StoreError;
 
 pub(super) struct ReadRequest {
@@ -37,13 +36,7 @@ pub(super) async fn read_marks(pool: PgPool, batch: Vec<ReadRequest>) {
         }
         Err(source) => {
             tracing::error!(error = %source, "postgres mark read failed");
-            let source = Arc::new(source);
-            for request in batch {
-                let _ = request.reply.send(Err(StoreError::Backend {
-                    backend: BACKEND,
-                    source: Arc::clone(&source) as Arc<dyn std::error::Error + Send + Sync>,
-                }));
-            }
+            fail_batch(batch.into_iter().map(|r| r.reply), source);
         }
     }
 }

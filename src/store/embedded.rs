@@ -27,6 +27,9 @@ use crate::config::Compare;
 const BACKEND: &str = "embedded";
 /// Requests that may queue for the writer before callers wait (their store timeout still runs).
 const COMMAND_QUEUE: usize = 16 * 1024;
+/// Most commands per writer batch, whatever `max_batch` says: a batch binds up to three SQL
+/// parameters per advance, and SQLite allows 32,766 per statement.
+const MAX_BATCH: usize = 8000;
 /// How long opening waits for a file another process holds before failing with a clear error.
 const OPEN_BUSY_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -101,7 +104,7 @@ impl EmbeddedStore {
         let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
         let writer = Writer {
             connection,
-            max_batch: max_batch.max(1),
+            max_batch: max_batch.clamp(1, MAX_BATCH),
             path: path.to_owned(),
         };
         tokio::spawn(writer.run(receiver));
@@ -265,7 +268,16 @@ impl Writer {
                 Command::Identity { .. } | Command::Intent(_) | Command::Close { .. } => None,
             })
             .collect();
-        let loaded = match load_marks(&mut self.connection, &keys).await {
+        // The highest token asked per key: raised, where above the stored mark, by the same call
+        // that reads the marks (see `read_and_raise`).
+        let mut highest: HashMap<&str, u64> = HashMap::new();
+        for command in batch.iter() {
+            if let Command::Advance { key, token, .. } = command {
+                let entry = highest.entry(key.as_str()).or_insert(*token);
+                *entry = (*entry).max(*token);
+            }
+        }
+        let loaded = match read_and_raise(&mut self.connection, &keys, &highest).await {
             Ok(marks) => marks,
             Err(source) => {
                 tracing::error!(path = %self.path.display(), error = %source, "embedded store read failed");
@@ -279,7 +291,6 @@ impl Writer {
             }
         };
         let mut marks: HashMap<String, u64> = loaded;
-        let mut raised: HashMap<String, u64> = HashMap::new();
         let mut answers = Vec::with_capacity(batch.len());
         let mut intents = Vec::new();
         let mut close = None;
@@ -294,8 +305,7 @@ impl Writer {
                     let outcome = decide(marks.get(&key).copied(), token, compare);
                     if let Advance::Accepted { previous } = outcome {
                         if previous.is_none_or(|p| token > p) {
-                            marks.insert(key.clone(), token);
-                            raised.insert(key, token);
+                            marks.insert(key, token);
                         }
                     }
                     answers.push((outcome, reply));
@@ -313,24 +323,9 @@ impl Writer {
                 Command::Close { reply } => close = Some(reply),
             }
         }
-        let written = if raised.is_empty() {
-            Ok(())
-        } else {
-            store_marks(&mut self.connection, &raised).await
-        };
-        match written {
-            Ok(()) => {
-                for (outcome, reply) in answers {
-                    let _ = reply.send(Ok(outcome));
-                }
-            }
-            Err(source) => {
-                tracing::error!(path = %self.path.display(), error = %source, "embedded store commit failed");
-                let source = Arc::new(source);
-                for (_, reply) in answers {
-                    let _ = reply.send(Err(backend_error(&source)));
-                }
-            }
+        // The raised marks were committed by `read_and_raise`, before any answer is sent (I2).
+        for (outcome, reply) in answers {
+            let _ = reply.send(Ok(outcome));
         }
         // After the marks, so that intents in a batch do not delay its fence advances.
         embedded_intents::apply(&mut self.connection, intents).await;
@@ -338,10 +333,20 @@ impl Writer {
     }
 }
 
-/// Reads the marks of `keys` in one statement.
-async fn load_marks(
+/// Reads the marks of `keys`, then raises each key in `highest` to its token where that is above
+/// the stored mark: two statements, one call to sqlx's worker thread. The read runs first, so it
+/// returns the marks from before the raise, against which the writer then decides every advance
+/// in arrival order. That is consistent with what the raise wrote: in arrival order, a key's
+/// highest token is accepted exactly when it is above the stored mark (an equal or lower one
+/// before it cannot refuse it), so the mark ends at max(stored, highest) either way.
+///
+/// Outside an explicit transaction SQLite commits (and, with `synchronous = FULL`, fsyncs) the
+/// raise as one atomic statement. The `WHERE` guard (an unsigned comparison of the stored bit
+/// patterns) keeps I3 even if the file was changed behind the writer's back.
+async fn read_and_raise(
     connection: &mut SqliteConnection,
     keys: &[&str],
+    highest: &HashMap<&str, u64>,
 ) -> Result<HashMap<String, u64>, sqlx::Error> {
     if keys.is_empty() {
         return Ok(HashMap::new());
@@ -352,33 +357,23 @@ async fn load_marks(
         list.push_bind(*key);
     }
     query.push(")");
+    if !highest.is_empty() {
+        query.push("; INSERT INTO fence_marks (key, mark) ");
+        query.push_values(highest, |mut row, (key, mark)| {
+            row.push_bind(*key).push_bind(encode_mark(*mark));
+        });
+        query.push(
+            " ON CONFLICT (key) DO UPDATE SET mark = excluded.mark WHERE \
+             CASE WHEN (excluded.mark < 0) = (fence_marks.mark < 0) \
+                  THEN excluded.mark > fence_marks.mark \
+                  ELSE excluded.mark < 0 END",
+        );
+    }
     let rows: Vec<(String, i64)> = query.build_query_as().fetch_all(connection).await?;
     Ok(rows
         .into_iter()
         .map(|(key, mark)| (key, decode_mark(mark)))
         .collect())
-}
-
-/// Raises the marks in `raised` with one statement. Outside an explicit transaction SQLite commits
-/// (and, with `synchronous = FULL`, fsyncs) a statement as one atomic transaction, which saves the
-/// two round trips to sqlx's worker thread that `BEGIN` and `COMMIT` would cost. The `WHERE` guard
-/// (an unsigned comparison of the stored bit patterns) keeps I3 even if the file was changed
-/// behind the writer's back.
-async fn store_marks(
-    connection: &mut SqliteConnection,
-    raised: &HashMap<String, u64>,
-) -> Result<(), sqlx::Error> {
-    let mut query = QueryBuilder::<Sqlite>::new("INSERT INTO fence_marks (key, mark) ");
-    query.push_values(raised, |mut row, (key, mark)| {
-        row.push_bind(key.as_str()).push_bind(encode_mark(*mark));
-    });
-    query.push(
-        " ON CONFLICT (key) DO UPDATE SET mark = excluded.mark WHERE \
-         CASE WHEN (excluded.mark < 0) = (fence_marks.mark < 0) \
-              THEN excluded.mark > fence_marks.mark \
-              ELSE excluded.mark < 0 END",
-    );
-    query.build().execute(connection).await.map(|_| ())
 }
 
 /// Reads the store's id, writing a new one when there is none.

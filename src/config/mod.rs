@@ -57,9 +57,12 @@ pub const DEFAULT_POSTGRES_MAX_CONNECTIONS: u32 = 16;
 /// Connections of one gateway's cross-replica gate pool.
 pub const DEFAULT_POSTGRES_GATE_CONNECTIONS: u32 = 64;
 /// Batched advance statements one gateway runs at once on PostgreSQL. Few, so that concurrent
-/// advances wait for a turn and join a larger batch: measured on 2 cores, c=64, `ordering = "none"`:
-/// 16 at once gave 10.5k req/s, 4 gave 16.9k, 2 gave 20.1k.
-pub const DEFAULT_POSTGRES_BATCHES_IN_FLIGHT: usize = 2;
+/// advances wait for a turn and join a larger batch (the batch grows with the round trip, as the
+/// embedded store's group commit does). Measured on 2 cores, c=64, `ordering = "none"`: 16 at once
+/// gave 10.5k req/s, 4 gave 16.9k, 2 gave 15.2k-15.8k and 1 gave 20.7k-21.9k (serialize: 8.8k-9.5k
+/// with 2, 10.6k-12.3k with 1). More than one keeps other batches going while one statement is
+/// slow (a row lock held by a stalled replica, say).
+pub const DEFAULT_POSTGRES_BATCHES_IN_FLIGHT: usize = 1;
 /// Prefix of fencegate's Redis keys unless the file names another.
 pub const DEFAULT_REDIS_KEY_PREFIX: &str = "fencegate:";
 /// The methods a route fences when it lists none: the unsafe ones of RFC 9110 §9.2.1.

@@ -146,6 +146,10 @@ TOML
   gateway_pids+=($!)
   gateway_pid[$backend]=$!
   for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/${port[$backend]}") 2>/dev/null && break; sleep 0.1; done
+  # An open port is not enough: something else may be listening there (the gateway then exits).
+  sleep 0.2
+  kill -0 "${gateway_pid[$backend]}" 2>/dev/null ||
+    { echo "fenced-writes.sh: the $backend gateway did not start (port ${port[$backend]} taken?)" >&2; exit 1; }
 done
 first_backend=${BACKENDS%% *}
 

@@ -109,7 +109,11 @@ impl Service<Request<RequestBody>> for Proxy {
                 .observe(started.elapsed().as_secs_f64());
             let response = match answered {
                 Err(_elapsed) => {
-                    // Dropping the pending request tears its connection down; it is never reused.
+                    // Dropping the pending request (done by the timeout) makes its connection's
+                    // task tear the connection down; it is never reused. That task runs on this
+                    // serving thread: yield once so it closes the socket before this error lets
+                    // the key's gate open (I4: a timed-out call keeps the key closed until then).
+                    tokio::task::yield_now().await;
                     return Err(GatewayError::UpstreamTimeout {
                         route: route.name.clone(),
                         after: route.timeout,

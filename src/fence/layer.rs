@@ -15,7 +15,7 @@ use super::signature::SignatureError;
 use super::token::{read_fence_header, TokenError};
 use crate::config::{FenceMode, OnStoreError};
 use crate::error::{GatewayError, Origin};
-use crate::proxy::{ProxyBody, ProxyFuture, RequestBody};
+use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
 use crate::store::{Advance, FenceStore};
@@ -57,14 +57,7 @@ pub struct Fence<S> {
 
 impl<S> Service<Request<RequestBody>> for Fence<S>
 where
-    S: Service<
-            Request<RequestBody>,
-            Response = Response<ProxyBody>,
-            Error = GatewayError,
-            Future = ProxyFuture,
-        > + Clone
-        + Send
-        + 'static,
+    S: StackService,
 {
     type Response = Response<ProxyBody>;
     type Error = GatewayError;

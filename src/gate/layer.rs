@@ -15,7 +15,7 @@ use crate::config::Ordering;
 use crate::error::GatewayError;
 use crate::fence::Admitted;
 use crate::metrics::Metrics;
-use crate::proxy::{ProxyBody, ProxyFuture, RequestBody};
+use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RouteMatch};
 use crate::store::FenceStore;
 
@@ -66,14 +66,7 @@ struct Passes {
 
 impl<S> Service<Request<RequestBody>> for Gate<S>
 where
-    S: Service<
-            Request<RequestBody>,
-            Response = Response<ProxyBody>,
-            Error = GatewayError,
-            Future = ProxyFuture,
-        > + Clone
-        + Send
-        + 'static,
+    S: StackService,
 {
     type Response = Response<ProxyBody>;
     type Error = GatewayError;

@@ -4,7 +4,6 @@
 //! share of two statements instead of a connection and two round trips of its own. A key held by
 //! another session is not waited for here: the caller then waits on a dedicated connection.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,7 +62,7 @@ impl LockHolder {
         let task = HolderTask {
             options,
             current: None,
-            sessions: AtomicU64::new(0),
+            sessions: 0,
             commands: commands.clone(),
         };
         tokio::spawn(task.run(receiver));
@@ -84,7 +83,8 @@ impl LockHolder {
 struct HolderTask {
     options: PgConnectOptions,
     current: Option<Arc<Session>>,
-    sessions: AtomicU64,
+    /// Sessions connected so far: the next one's id.
+    sessions: u64,
     /// For the locks it hands out.
     commands: mpsc::UnboundedSender<Command>,
 }
@@ -167,9 +167,10 @@ impl HolderTask {
             }
         };
         let session = Arc::new(Session {
-            id: self.sessions.fetch_add(1, Ordering::Relaxed),
+            id: self.sessions,
             connection: Mutex::new(connection),
         });
+        self.sessions += 1;
         self.current = Some(Arc::clone(&session));
         Ok(session)
     }

@@ -16,7 +16,7 @@ use super::{fingerprint, idempotency_key, now_ms, IdempotencySettings};
 use crate::config::ClientKey;
 use crate::error::GatewayError;
 use crate::fence::Admitted;
-use crate::proxy::{full_body, ProxyBody, ProxyFuture, RequestBody};
+use crate::proxy::{full_body, ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::store::{BeginRequest, Begun, IntentStore, StoreError, StoredOutcome};
 
@@ -56,14 +56,7 @@ pub struct Idempotency<S> {
 
 impl<S> Service<Request<RequestBody>> for Idempotency<S>
 where
-    S: Service<
-            Request<RequestBody>,
-            Response = Response<ProxyBody>,
-            Error = GatewayError,
-            Future = ProxyFuture,
-        > + Clone
-        + Send
-        + 'static,
+    S: StackService,
 {
     type Response = Response<ProxyBody>;
     type Error = GatewayError;

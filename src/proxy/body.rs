@@ -18,6 +18,32 @@ pub type ProxyFuture = futures_util::future::BoxFuture<
     Result<http::Response<ProxyBody>, crate::error::GatewayError>,
 >;
 
+/// The inner service a layer of the routed stack wraps: the rest of the stack, answering with
+/// [`ProxyFuture`] so that a layer that does not apply can return its future as it is.
+pub trait StackService:
+    tower::Service<
+        http::Request<RequestBody>,
+        Response = http::Response<ProxyBody>,
+        Error = crate::error::GatewayError,
+        Future = ProxyFuture,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> StackService for S where
+    S: tower::Service<
+            http::Request<RequestBody>,
+            Response = http::Response<ProxyBody>,
+            Error = crate::error::GatewayError,
+            Future = ProxyFuture,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
 /// Every request body inside the gateway: the client's stream, or a body the gateway had to read
 /// whole (to fingerprint an idempotent request) and now replays. A named type rather than an alias
 /// of a boxed trait object, which keeps the layers' `Send` bounds simple for the compiler. It

@@ -8,7 +8,7 @@ mod target;
 
 pub use body::{
     full_body, is_body_limit_exceeded, BodyLimitExceeded, BoxError, ProxyBody, ProxyFuture,
-    RequestBody,
+    RequestBody, StackService,
 };
 pub use forward::{ClientAddr, Proxy, UpstreamClient, MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST};
 pub use headers::{

@@ -1,8 +1,9 @@
 //! The embedded backend: one SQLite file in WAL mode with `synchronous = FULL`, owned by a single
-//! writer task that commits every batch of concurrent advances with one statement and one fsync.
+//! writer that commits every batch of concurrent advances with one statement and one fsync.
 //!
-//! Group commit needs no timer: while one commit is syncing, new requests queue on the channel and
-//! the next loop takes all of them, so a lone request never waits for company. The file is opened
+//! Group commit needs no timer: while one commit is syncing, new requests queue and the next batch
+//! takes all of them, so a lone request never waits for company. The batches run on the serving
+//! thread that found the writer idle (`combining`), not on a writer task of their own. The file is opened
 //! with `locking_mode = EXCLUSIVE`, so a second process cannot open the same store by mistake.
 //! Intent records (`embedded_intents`) go through the same writer, one transaction per batch.
 
@@ -16,17 +17,17 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous,
 };
 use sqlx::{ConnectOptions as _, Connection as _, QueryBuilder, Sqlite};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
+use futures_util::future::BoxFuture;
+
+use super::combining::{BatchWriter, Combiner};
 use super::embedded_intents::{self, IntentCommand};
 use super::intents::{BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome};
-use super::mailbox;
 use super::{decide, new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use crate::config::Compare;
 
 const BACKEND: &str = "embedded";
-/// Requests that may queue for the writer before callers wait (their store timeout still runs).
-const COMMAND_QUEUE: usize = 16 * 1024;
 /// Most commands per writer batch, whatever `max_batch` says: a batch binds up to three SQL
 /// parameters per advance, and SQLite allows 32,766 per statement.
 const MAX_BATCH: usize = 8000;
@@ -44,9 +45,10 @@ CREATE TABLE IF NOT EXISTS fencegate_meta (
 ) WITHOUT ROWID;
 ";
 
-/// Handle to the writer task; cheap to share behind an `Arc`.
+/// Handle to the writer; cheap to share behind an `Arc`. Every caller awaits its own answer, so
+/// the queue in front of the writer holds at most one command per request in flight.
 pub struct EmbeddedStore {
-    commands: mpsc::Sender<Command>,
+    commands: Combiner<Writer>,
 }
 
 enum Command {
@@ -70,7 +72,7 @@ enum Command {
 }
 
 impl EmbeddedStore {
-    /// Opens (creating if needed) the store at `path` and starts its writer task.
+    /// Opens (creating if needed) the store at `path`.
     pub async fn open(path: &Path, max_batch: usize) -> Result<EmbeddedStore, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             tokio::fs::create_dir_all(dir)
@@ -101,21 +103,22 @@ impl EmbeddedStore {
             .execute(&mut connection)
             .await
             .map_err(open_error)?;
-        let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
         let writer = Writer {
-            connection,
-            max_batch: max_batch.clamp(1, MAX_BATCH),
+            connection: Some(connection),
             path: path.to_owned(),
         };
-        tokio::spawn(writer.run(receiver));
-        Ok(EmbeddedStore { commands })
+        Ok(EmbeddedStore {
+            commands: Combiner::new(writer, max_batch.clamp(1, MAX_BATCH)),
+        })
     }
 
     async fn request<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
     ) -> Result<T, StoreError> {
-        mailbox::ask(&self.commands, make).await
+        let (reply, answer) = oneshot::channel();
+        self.commands.submit(make(reply));
+        answer.await.map_err(|_| StoreError::Closed)?
     }
 
     async fn intent<T>(
@@ -148,7 +151,9 @@ impl FenceStore for EmbeddedStore {
 
     fn close(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            mailbox::close(&self.commands, |reply| Command::Close { reply }).await;
+            let (reply, done) = oneshot::channel();
+            self.commands.submit(Command::Close { reply });
+            let _ = done.await;
             Ok(())
         })
     }
@@ -224,113 +229,112 @@ impl IntentStore for EmbeddedStore {
     }
 }
 
-/// The single owner of the SQLite connection.
+/// The single owner of the SQLite connection; `None` once the store is closed.
 struct Writer {
-    connection: SqliteConnection,
-    max_batch: usize,
+    connection: Option<SqliteConnection>,
     path: PathBuf,
 }
 
-impl Writer {
-    async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
-        let mut batch = Vec::with_capacity(self.max_batch);
-        while let Some(first) = receiver.recv().await {
-            batch.push(first);
-            while batch.len() < self.max_batch {
-                match receiver.try_recv() {
-                    Ok(command) => batch.push(command),
-                    Err(_) => break,
-                }
-            }
-            if let Some(close) = self.process(&mut batch).await {
-                receiver.close();
-                // Answer whatever raced in behind the close so no caller waits forever.
-                while let Ok(command) = receiver.try_recv() {
-                    if let Some(other_close) = fail(command, || StoreError::Closed) {
-                        let _ = other_close.send(());
+impl BatchWriter for Writer {
+    type Command = Command;
+
+    fn process<'a>(&'a mut self, batch: &'a mut Vec<Command>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let Some(connection) = self.connection.as_mut() else {
+                for command in batch.drain(..) {
+                    if let Some(close) = fail(command, || StoreError::Closed) {
+                        let _ = close.send(());
                     }
                 }
-                if let Err(e) = self.connection.close().await {
-                    tracing::warn!(path = %self.path.display(), error = %e, "closing the embedded store failed");
+                return;
+            };
+            if let Some(close) = process(connection, &self.path, batch).await {
+                if let Some(connection) = self.connection.take() {
+                    if let Err(e) = connection.close().await {
+                        tracing::warn!(path = %self.path.display(), error = %e, "closing the embedded store failed");
+                    }
                 }
                 let _ = close.send(());
-                return;
             }
-        }
+        })
     }
+}
 
-    /// Answers every command of `batch` (draining it); returns the reply of a close request.
-    async fn process(&mut self, batch: &mut Vec<Command>) -> Option<oneshot::Sender<()>> {
-        let keys: Vec<&str> = batch
-            .iter()
-            .filter_map(|c| match c {
-                Command::Advance { key, .. } | Command::Current { key, .. } => Some(key.as_str()),
-                Command::Identity { .. } | Command::Intent(_) | Command::Close { .. } => None,
-            })
-            .collect();
-        // The highest token asked per key: raised, where above the stored mark, by the same call
-        // that reads the marks (see `read_and_raise`).
-        let mut highest: HashMap<&str, u64> = HashMap::new();
-        for command in batch.iter() {
-            if let Command::Advance { key, token, .. } = command {
-                let entry = highest.entry(key.as_str()).or_insert(*token);
-                *entry = (*entry).max(*token);
-            }
+/// Answers every command of `batch` (draining it); returns the reply of a close request.
+async fn process(
+    connection: &mut SqliteConnection,
+    path: &Path,
+    batch: &mut Vec<Command>,
+) -> Option<oneshot::Sender<()>> {
+    let keys: Vec<&str> = batch
+        .iter()
+        .filter_map(|c| match c {
+            Command::Advance { key, .. } | Command::Current { key, .. } => Some(key.as_str()),
+            Command::Identity { .. } | Command::Intent(_) | Command::Close { .. } => None,
+        })
+        .collect();
+    // The highest token asked per key: raised, where above the stored mark, by the same call
+    // that reads the marks (see `read_and_raise`).
+    let mut highest: HashMap<&str, u64> = HashMap::new();
+    for command in batch.iter() {
+        if let Command::Advance { key, token, .. } = command {
+            let entry = highest.entry(key.as_str()).or_insert(*token);
+            *entry = (*entry).max(*token);
         }
-        let loaded = match read_and_raise(&mut self.connection, &keys, &highest).await {
-            Ok(marks) => marks,
-            Err(source) => {
-                tracing::error!(path = %self.path.display(), error = %source, "embedded store read failed");
-                let source = Arc::new(source);
-                let error = || backend_error(&source);
-                let mut close = None;
-                for command in batch.drain(..) {
-                    close = fail(command, error).or(close);
-                }
-                return close;
-            }
-        };
-        let mut marks: HashMap<String, u64> = loaded;
-        let mut answers = Vec::with_capacity(batch.len());
-        let mut intents = Vec::new();
-        let mut close = None;
-        for command in batch.drain(..) {
-            match command {
-                Command::Advance {
-                    key,
-                    token,
-                    compare,
-                    reply,
-                } => {
-                    let outcome = decide(marks.get(&key).copied(), token, compare);
-                    if let Advance::Accepted { previous } = outcome {
-                        if previous.is_none_or(|p| token > p) {
-                            marks.insert(key, token);
-                        }
-                    }
-                    answers.push((outcome, reply));
-                }
-                Command::Current { key, reply } => {
-                    let _ = reply.send(Ok(marks.get(&key).copied()));
-                }
-                Command::Identity { reply } => {
-                    let identity = identity(&mut self.connection)
-                        .await
-                        .map_err(|source| backend_error(&Arc::new(source)));
-                    let _ = reply.send(identity);
-                }
-                Command::Intent(command) => intents.push(command),
-                Command::Close { reply } => close = Some(reply),
-            }
-        }
-        // The raised marks were committed by `read_and_raise`, before any answer is sent (I2).
-        for (outcome, reply) in answers {
-            let _ = reply.send(Ok(outcome));
-        }
-        // After the marks, so that intents in a batch do not delay its fence advances.
-        embedded_intents::apply(&mut self.connection, intents).await;
-        close
     }
+    let loaded = match read_and_raise(connection, &keys, &highest).await {
+        Ok(marks) => marks,
+        Err(source) => {
+            tracing::error!(path = %path.display(), error = %source, "embedded store read failed");
+            let source = Arc::new(source);
+            let error = || backend_error(&source);
+            let mut close = None;
+            for command in batch.drain(..) {
+                close = fail(command, error).or(close);
+            }
+            return close;
+        }
+    };
+    let mut marks: HashMap<String, u64> = loaded;
+    let mut answers = Vec::with_capacity(batch.len());
+    let mut intents = Vec::new();
+    let mut close = None;
+    for command in batch.drain(..) {
+        match command {
+            Command::Advance {
+                key,
+                token,
+                compare,
+                reply,
+            } => {
+                let outcome = decide(marks.get(&key).copied(), token, compare);
+                if let Advance::Accepted { previous } = outcome {
+                    if previous.is_none_or(|p| token > p) {
+                        marks.insert(key, token);
+                    }
+                }
+                answers.push((outcome, reply));
+            }
+            Command::Current { key, reply } => {
+                let _ = reply.send(Ok(marks.get(&key).copied()));
+            }
+            Command::Identity { reply } => {
+                let identity = identity(connection)
+                    .await
+                    .map_err(|source| backend_error(&Arc::new(source)));
+                let _ = reply.send(identity);
+            }
+            Command::Intent(command) => intents.push(command),
+            Command::Close { reply } => close = Some(reply),
+        }
+    }
+    // The raised marks were committed by `read_and_raise`, before any answer is sent (I2).
+    for (outcome, reply) in answers {
+        let _ = reply.send(Ok(outcome));
+    }
+    // After the marks, so that intents in a batch do not delay its fence advances.
+    embedded_intents::apply(connection, intents).await;
+    close
 }
 
 /// Reads the marks of `keys`, then raises each key in `highest` to its token where that is above

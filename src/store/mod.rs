@@ -4,6 +4,7 @@
 pub mod adoption;
 mod cache;
 mod checked;
+mod combining;
 mod embedded;
 mod embedded_intent_batch;
 mod embedded_intents;

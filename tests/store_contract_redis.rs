@@ -353,3 +353,116 @@ async fn intents_are_hashes_with_decimal_fences_in_both_indexes() {
     })
     .await;
 }
+
+/// The writer sends every advance of a batch in one script call: each advance still gets its own
+/// answer, and one key's broken mark fails only that key's advance.
+#[tokio::test]
+async fn advances_sharing_one_script_call_are_answered_each_on_its_own() {
+    with_prefix(|prefix| async move {
+        let store = open(&config(&redis_url(), &prefix)).await;
+        let mut connection = direct().await;
+        let _: () = connection
+            .set(format!("{prefix}mark:broken"), "not-a-number")
+            .await
+            .expect("SET");
+        let _: () = connection
+            .set(format!("{prefix}mark:high"), "100")
+            .await
+            .expect("SET");
+        // One thread, all in flight at once: they queue behind the first and share its batch.
+        let mut advances = Vec::new();
+        for i in 0..40u64 {
+            let key = format!("k{i}");
+            advances.push(store.advance(&key, i + 1, Compare::Strict));
+        }
+        advances.push(store.advance("broken", 5, Compare::Strict));
+        advances.push(store.advance("high", 50, Compare::Strict));
+        advances.push(store.advance("high", 150, Compare::Strict));
+        let outcomes = futures_util::future::join_all(advances).await;
+        for outcome in &outcomes[..40] {
+            assert_eq!(
+                outcome.as_ref().ok(),
+                Some(&Advance::Accepted { previous: None })
+            );
+        }
+        assert!(
+            matches!(outcomes[40], Err(StoreError::Backend { .. })),
+            "the broken mark fails its own advance: {:?}",
+            outcomes[40]
+        );
+        assert_eq!(
+            outcomes[41].as_ref().ok(),
+            Some(&Advance::Stale { current: 100 })
+        );
+        assert_eq!(
+            outcomes[42].as_ref().ok(),
+            Some(&Advance::Accepted {
+                previous: Some(100)
+            })
+        );
+        assert_eq!(store.current("k39").await.ok(), Some(Some(40)));
+        store.close().await.expect("close");
+    })
+    .await;
+}
+
+/// Each runtime thread gets its own writer and connection; the script's atomicity keeps one key's
+/// advances from several threads consistent (I1: no token is accepted at or below one accepted
+/// before it, under `strict`), and a closed store starts no new writer on any thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writers_on_several_threads_keep_one_keys_marks_consistent() {
+    with_prefix(|prefix| async move {
+        let store = open(&config(&redis_url(), &prefix)).await;
+        let mut tasks = Vec::new();
+        for task in 0..8u64 {
+            let store = Arc::clone(&store);
+            tasks.push(tokio::spawn(async move {
+                let mut accepted = Vec::new();
+                for round in 0..200u64 {
+                    let token = round * 8 + task + 1;
+                    if let Ok(Advance::Accepted { previous }) =
+                        store.advance("shared", token, Compare::Strict).await
+                    {
+                        accepted.push((previous, token));
+                    }
+                    if round % 16 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                accepted
+            }));
+        }
+        let mut accepted = Vec::new();
+        for task in tasks {
+            accepted.extend(task.await.expect("task"));
+        }
+        // Every accepted advance names the mark it replaced; each mark was replaced at most once,
+        // and always by a larger token, so the accepted tokens form one increasing chain.
+        let mut replaced = HashMap::new();
+        for (previous, token) in &accepted {
+            if let Some(previous) = previous {
+                assert!(token > previous, "{token} accepted over {previous}");
+            }
+            assert!(
+                replaced.insert(*previous, *token).is_none(),
+                "the mark {previous:?} was replaced twice"
+            );
+        }
+        let highest = accepted
+            .iter()
+            .map(|(_, t)| *t)
+            .max()
+            .expect("some accepted");
+        assert_eq!(highest, 8 * 200, "the highest token is always accepted");
+        assert_eq!(store.current("shared").await.ok(), Some(Some(highest)));
+        store.close().await.expect("close");
+        let after = tokio::spawn({
+            let store = Arc::clone(&store);
+            async move { store.current("shared").await }
+        })
+        .await
+        .expect("task");
+        assert!(matches!(after, Err(StoreError::Closed)), "{after:?}");
+    })
+    .await;
+}

@@ -1,5 +1,5 @@
-//! The request/reply plumbing of the backends whose connection is owned by one writer task
-//! (embedded, Redis): send a command carrying a reply channel, await the answer, and close.
+//! The request/reply plumbing of a backend whose connection is owned by a writer task (Redis):
+//! send a command carrying a reply channel, await the answer, and close.
 
 use tokio::sync::{mpsc, oneshot};
 

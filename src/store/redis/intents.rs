@@ -104,6 +104,7 @@ return redis.call('DEL', KEYS[1])
 ";
 
 /// The intent scripts, loaded by the writer with the advance script on every (re)connect.
+#[derive(Clone)]
 pub(super) struct IntentScripts {
     begin: Script,
     settle: Script,

@@ -1,13 +1,17 @@
 //! The Redis backend: marks as decimal strings under `{key_prefix}mark:{key}`, and the `RedisStore`
-//! handle whose writer task owns the connection and sends each batch of concurrent requests as one
-//! pipeline. Scripts: `script.rs` (advance), `intents.rs`; persistence check: `durability.rs`.
+//! handle with one writer task per serving thread, each owning its own connection and sending each
+//! batch of its thread's concurrent requests as one pipeline. Scripts: `script.rs` (advance), `intents.rs`; persistence check: `durability.rs`.
 
 mod durability;
 mod intents;
 mod script;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::ThreadId;
 use std::time::Duration;
+
+use dashmap::DashMap;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, RedisError, Script, Value};
@@ -18,7 +22,9 @@ use super::{new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIde
 use crate::config::{Compare, RedisStoreConfig, DEFAULT_STORE_TIMEOUT};
 use durability::{judge_durability, read_persistence, Durability};
 use intents::IntentScripts;
-use script::{compare_arg, is_noscript, read_advance, read_identity, read_mark, unexpected};
+use script::{
+    compare_arg, is_noscript, read_advance, read_identity, read_mark, split_advances, unexpected,
+};
 
 const BACKEND: &str = "redis";
 /// Requests that may queue for the writer before callers wait (their store timeout still runs).
@@ -33,9 +39,19 @@ const RECONNECT_TIMEOUT: Duration = DEFAULT_STORE_TIMEOUT;
 /// replaced: covers a slow `appendfsync always` disk, not a hung server.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Handle to the writer task; cheap to share behind an `Arc`.
+/// Handle to the writer tasks; cheap to share behind an `Arc`.
+///
+/// A writer task runs on the thread (runtime) of the requests it serves, and so does its
+/// connection's I/O: a request reaches Redis without waking another thread. Each script is atomic
+/// on the server, so writers on different connections need no coordination (I1, I2 hold per
+/// script call). The first writer uses the connection `open` checked; the others connect when
+/// their thread first asks.
 pub struct RedisStore {
-    commands: mpsc::Sender<Command>,
+    writers: DashMap<ThreadId, mpsc::Sender<Command>>,
+    /// Set by `close`: no writer is started after it.
+    closed: AtomicBool,
+    /// What a new writer is made from.
+    template: WriterTemplate,
     prefix: String,
     /// For their hashes: the writer loads the scripts on the server.
     scripts: IntentScripts,
@@ -99,29 +115,78 @@ impl RedisStore {
             Durability::Warn(message) => tracing::warn!(url = %url, "redis store: {message}"),
             Durability::Refuse(detail) => return Err(setup(format!("{url}: {detail}"))),
         }
-        let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
-        let writer = Writer {
+        let template = WriterTemplate {
             client,
-            connection: Some(connection),
             script,
             intent_scripts,
             prefix: config.key_prefix.clone(),
             max_batch: config.max_batch.max(1),
             url,
         };
-        tokio::spawn(writer.run(receiver));
+        let writers = DashMap::new();
+        writers.insert(
+            std::thread::current().id(),
+            template.spawn(Some(connection)),
+        );
         Ok(RedisStore {
-            commands,
+            writers,
+            closed: AtomicBool::new(false),
+            template,
             prefix: config.key_prefix.clone(),
             scripts: IntentScripts::new(),
         })
+    }
+
+    /// The writer of the calling thread, started (on the calling runtime) if there is none or
+    /// its runtime has ended.
+    fn writer(&self) -> mpsc::Sender<Command> {
+        let thread = std::thread::current().id();
+        if let Some(writer) = self.writers.get(&thread).filter(|w| !w.is_closed()) {
+            return writer.clone();
+        }
+        let writer = self.template.spawn(None);
+        self.writers.insert(thread, writer.clone());
+        writer
     }
 
     async fn request<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
     ) -> Result<T, StoreError> {
-        mailbox::ask(&self.commands, make).await
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed);
+        }
+        mailbox::ask(&self.writer(), make).await
+    }
+}
+
+/// The settings every writer shares.
+struct WriterTemplate {
+    client: redis::Client,
+    script: Script,
+    intent_scripts: IntentScripts,
+    prefix: String,
+    max_batch: usize,
+    url: String,
+}
+
+impl WriterTemplate {
+    /// Starts a writer task on the calling runtime; with no `connection` it connects (and loads
+    /// the scripts) for its first batch.
+    fn spawn(&self, connection: Option<MultiplexedConnection>) -> mpsc::Sender<Command> {
+        let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
+        let writer = Writer {
+            client: self.client.clone(),
+            connection,
+            lost_connection: false,
+            script: self.script.clone(),
+            intent_scripts: self.intent_scripts.clone(),
+            prefix: self.prefix.clone(),
+            max_batch: self.max_batch,
+            url: self.url.clone(),
+        };
+        tokio::spawn(writer.run(receiver));
+        commands
     }
 }
 
@@ -147,7 +212,12 @@ impl FenceStore for RedisStore {
 
     fn close(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            mailbox::close(&self.commands, |reply| Command::Close { reply }).await;
+            self.closed.store(true, Ordering::Release);
+            let writers: Vec<mpsc::Sender<Command>> =
+                self.writers.iter().map(|w| w.value().clone()).collect();
+            for writer in writers {
+                mailbox::close(&writer, |reply| Command::Close { reply }).await;
+            }
             Ok(())
         })
     }
@@ -157,7 +227,7 @@ impl FenceStore for RedisStore {
     }
 }
 
-/// The single owner of the Redis connection.
+/// The owner of one Redis connection, serving the requests of one thread.
 ///
 /// Batching needs no timer: while one pipeline is in flight, new requests queue on the channel and
 /// the next loop takes all of them, so a lone request never waits for company. When a round trip
@@ -165,8 +235,11 @@ impl FenceStore for RedisStore {
 /// for the next batch.
 struct Writer {
     client: redis::Client,
-    /// `None` after a failed round trip: the next batch connects again.
+    /// `None` after a failed round trip (the next batch connects again) and before the first
+    /// batch of a writer started without one.
     connection: Option<MultiplexedConnection>,
+    /// A round trip has failed since this writer started: its next connect is a reconnect.
+    lost_connection: bool,
     script: Script,
     intent_scripts: IntentScripts,
     prefix: String,
@@ -226,41 +299,39 @@ impl Writer {
     /// command met an empty script cache (a restarted server, `SCRIPT FLUSH`), are sent once more
     /// after loading the scripts again; they were not run, so running them now cannot apply a
     /// token or an intent change twice.
-    async fn run_batch(&mut self, mut pending: Vec<Command>) {
+    ///
+    /// Every advance of the batch goes into one script call at the head of the pipeline. The
+    /// commands of a batch were all in flight at once, none answered yet, so running the
+    /// advances first (each key's in arrival order) is an order they could have arrived in.
+    async fn run_batch(&mut self, pending: Vec<Command>) {
+        let (mut advances, mut others): (Vec<Command>, Vec<Command>) = pending
+            .into_iter()
+            .partition(|command| matches!(command, Command::Advance { .. }));
         for first_attempt in [true, false] {
-            let replies = match self.round_trip(&pending).await {
+            let replies = match self.round_trip(&advances, &others).await {
                 Ok(replies) => replies,
                 Err(source) => {
                     tracing::error!(url = %self.url, error = %source, "redis store round trip failed");
                     let source = Arc::new(source);
-                    for command in pending {
+                    for command in advances.into_iter().chain(others) {
                         fail(command, || backend_error(&source));
                     }
                     return;
                 }
             };
             let mut replies = replies.into_iter();
+            let mut noscript_advances = Vec::new();
+            if !advances.is_empty() {
+                let answer = replies.next().unwrap_or(Value::Nil);
+                if first_attempt && is_noscript(&answer) {
+                    noscript_advances = advances;
+                } else {
+                    answer_advances(advances, answer);
+                }
+            }
             let mut noscript = Vec::new();
-            for command in pending {
+            for command in others {
                 match command {
-                    Command::Advance {
-                        key,
-                        token,
-                        compare,
-                        reply,
-                    } => {
-                        let answer = replies.next().unwrap_or(Value::Nil);
-                        if first_attempt && is_noscript(&answer) {
-                            noscript.push(Command::Advance {
-                                key,
-                                token,
-                                compare,
-                                reply,
-                            });
-                        } else {
-                            let _ = reply.send(read_advance(answer, token, compare).map_err(wrap));
-                        }
-                    }
                     Command::Current { reply, .. } => {
                         let answer = replies.next().unwrap_or(Value::Nil);
                         let _ = reply.send(read_mark(answer).map_err(wrap));
@@ -278,13 +349,15 @@ impl Writer {
                             let _ = reply.send(Ok(answers));
                         }
                     }
-                    // `process` keeps close requests out of a batch.
-                    Command::Close { reply } => {
-                        let _ = reply.send(());
+                    // `run_batch` keeps advances apart and `process` keeps close requests out.
+                    other @ (Command::Advance { .. } | Command::Close { .. }) => {
+                        if let Some(close) = fail(other, || StoreError::Closed) {
+                            let _ = close.send(());
+                        }
                     }
                 }
             }
-            if noscript.is_empty() {
+            if noscript_advances.is_empty() && noscript.is_empty() {
                 return;
             }
             tracing::warn!(url = %self.url, "the server lost fencegate's scripts; loading them again");
@@ -292,22 +365,32 @@ impl Writer {
                 if let Err(e) = load_scripts(connection, &self.script, &self.intent_scripts).await {
                     tracing::error!(url = %self.url, error = %e, "loading the scripts failed");
                     self.connection = None;
+                    self.lost_connection = true;
                 }
             }
-            pending = noscript;
+            advances = noscript_advances;
+            others = noscript;
         }
     }
 
-    /// One pipeline for every command of `pending`, in order: an advance is one `EVALSHA`, a
-    /// read one `GET`, an identity `SET NX` then `GET`, a group its commands. Per-command server
-    /// errors come back as values; an error here means the connection failed and the outcome of
-    /// the batch is unknown.
-    async fn round_trip(&mut self, pending: &[Command]) -> Result<Vec<Value>, RedisError> {
+    /// One pipeline: every advance in one `EVALSHA` of the advance script (when there is any),
+    /// then each other command in order: a read is one `GET`, an identity `SET NX` then `GET`, a
+    /// group its commands. Per-command server errors come back as values; an error here means the
+    /// connection failed and the outcome of the batch is unknown.
+    async fn round_trip(
+        &mut self,
+        advances: &[Command],
+        others: &[Command],
+    ) -> Result<Vec<Value>, RedisError> {
         let mut connection = match &self.connection {
             Some(connection) => connection.clone(),
             None => {
                 let mut fresh = connect(&self.client, RECONNECT_TIMEOUT).await?;
-                tracing::info!(url = %self.url, "redis store reconnected");
+                if self.lost_connection {
+                    tracing::info!(url = %self.url, "redis store reconnected");
+                } else {
+                    tracing::debug!(url = %self.url, "redis store writer connected");
+                }
                 load_scripts(&mut fresh, &self.script, &self.intent_scripts).await?;
                 self.connection = Some(fresh.clone());
                 fresh
@@ -316,22 +399,27 @@ impl Writer {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         let mut expected = 0;
-        for command in pending {
-            match command {
-                Command::Advance {
+        if !advances.is_empty() {
+            let mut invocation = self.script.prepare_invoke();
+            for command in advances {
+                if let Command::Advance {
                     key,
                     token,
                     compare,
                     ..
-                } => {
-                    pipe.invoke_script(
-                        self.script
-                            .key(mark_key(&self.prefix, key))
-                            .arg(token.to_string())
-                            .arg(compare_arg(*compare)),
-                    );
-                    expected += 1;
+                } = command
+                {
+                    invocation
+                        .key(mark_key(&self.prefix, key))
+                        .arg(token.to_string())
+                        .arg(compare_arg(*compare));
                 }
+            }
+            pipe.invoke_script(&invocation);
+            expected += 1;
+        }
+        for command in others {
+            match command {
                 Command::Current { key, .. } => {
                     pipe.get(mark_key(&self.prefix, key));
                     expected += 1;
@@ -348,7 +436,7 @@ impl Writer {
                     }
                     expected += commands.len();
                 }
-                Command::Close { .. } => {}
+                Command::Advance { .. } | Command::Close { .. } => {}
             }
         }
         let answer = pipe.query_async::<Vec<Value>>(&mut connection).await;
@@ -356,6 +444,7 @@ impl Writer {
             Ok(replies) if replies.len() == expected => Ok(replies),
             Ok(replies) => {
                 self.connection = None;
+                self.lost_connection = true;
                 Err(unexpected(format!(
                     "a pipeline of {expected} commands got {} answers",
                     replies.len()
@@ -363,7 +452,33 @@ impl Writer {
             }
             Err(e) => {
                 self.connection = None;
+                self.lost_connection = true;
                 Err(e)
+            }
+        }
+    }
+}
+
+/// Answers each of `advances` from its part of the advance script's `answer`.
+fn answer_advances(advances: Vec<Command>, answer: Value) {
+    match split_advances(answer, advances.len()) {
+        Ok(answers) => {
+            for (command, answer) in advances.into_iter().zip(answers) {
+                if let Command::Advance {
+                    token,
+                    compare,
+                    reply,
+                    ..
+                } = command
+                {
+                    let _ = reply.send(read_advance(answer, token, compare).map_err(wrap));
+                }
+            }
+        }
+        Err(source) => {
+            let source = Arc::new(source);
+            for command in advances {
+                fail(command, || backend_error(&source));
             }
         }
     }

@@ -7,9 +7,11 @@ use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use crate::config::Compare;
 use crate::store::{decide, Advance, StoreIdentity};
 
-/// Compare-and-set of one mark. Lua numbers are doubles and cannot hold every u64, so marks and
-/// tokens are compared as decimal strings: leading zeros dropped, then shorter is smaller, then
-/// digit by digit. Writes only when the mark grows, so an equal `monotonic` token costs no write.
+/// Compare-and-set of many marks in one call, in order: one script call per writer batch instead of
+/// one per advance, which is most of what an advance costs the server. Lua numbers are doubles and
+/// cannot hold every u64, so marks and tokens are compared as decimal strings: leading zeros
+/// dropped, then shorter is smaller, then digit by digit. Writes only when the mark grows, so an
+/// equal `monotonic` token costs no write.
 pub(super) fn advance_script() -> String {
     format!("{DECIMAL_ORDER}{ADVANCE_BODY}")
 }
@@ -36,39 +38,49 @@ local function order(a, b)
 end
 ";
 
-/// The advance itself, run after [`DECIMAL_ORDER`].
+/// The advances, run after [`DECIMAL_ORDER`].
 const ADVANCE_BODY: &str = r"
--- KEYS[1]: the mark; ARGV[1]: the token (decimal u64); ARGV[2]: 'monotonic' or 'strict'.
--- Returns {1, previous mark or nil} when the token passes, {0, current mark} when it is stale.
-local token = canonical(ARGV[1])
-if not token then
-  return redis.error_reply('ERR fencegate: the token is not a decimal number')
+-- One advance: {1, previous mark or false} when the token passes, {0, current mark} when it is
+-- stale, {-1, message} when the token or the stored mark is not a decimal number.
+local function advance(mark_key, token_text, compare)
+  local token = canonical(token_text)
+  if not token then
+    return {-1, 'fencegate: the token is not a decimal number'}
+  end
+  if compare ~= 'strict' and compare ~= 'monotonic' then
+    return {-1, 'fencegate: unknown compare mode'}
+  end
+  local stored = redis.call('GET', mark_key)
+  if not stored then
+    redis.call('SET', mark_key, token)
+    return {1, false}
+  end
+  local mark = canonical(stored)
+  if not mark then
+    return {-1, 'fencegate: the stored mark is not a decimal number'}
+  end
+  local cmp = order(token, mark)
+  local passes
+  if compare == 'strict' then
+    passes = cmp > 0
+  else
+    passes = cmp >= 0
+  end
+  if not passes then
+    return {0, mark}
+  end
+  if cmp > 0 then
+    redis.call('SET', mark_key, token)
+  end
+  return {1, mark}
 end
-local stored = redis.call('GET', KEYS[1])
-if not stored then
-  redis.call('SET', KEYS[1], token)
-  return {1, false}
+-- KEYS[i]: the mark of the i-th advance; ARGV[2i-1]: its token (decimal u64), ARGV[2i]:
+-- 'monotonic' or 'strict'. One answer per advance, in order.
+local answers = {}
+for i = 1, #KEYS do
+  answers[i] = advance(KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])
 end
-local mark = canonical(stored)
-if not mark then
-  return redis.error_reply('ERR fencegate: the stored mark is not a decimal number')
-end
-local cmp = order(token, mark)
-local passes
-if ARGV[2] == 'strict' then
-  passes = cmp > 0
-elseif ARGV[2] == 'monotonic' then
-  passes = cmp >= 0
-else
-  return redis.error_reply('ERR fencegate: unknown compare mode')
-end
-if not passes then
-  return {0, mark}
-end
-if cmp > 0 then
-  redis.call('SET', KEYS[1], token)
-end
-return {1, mark}
+return answers
 ";
 
 pub(super) fn compare_arg(compare: Compare) -> &'static str {
@@ -90,7 +102,18 @@ pub(super) fn server_answer(reply: Value) -> Result<Value, RedisError> {
     }
 }
 
-/// Reads the script's answer and checks it against [`decide`]: a script that disagrees with the
+/// Splits the script's answer into one answer per advance: `count` of them, or an error for the
+/// whole call (a server error, or an answer of another shape).
+pub(super) fn split_advances(reply: Value, count: usize) -> Result<Vec<Value>, RedisError> {
+    match server_answer(reply)? {
+        Value::Array(answers) if answers.len() == count => Ok(answers),
+        other => Err(unexpected(format!(
+            "the advance script answered {other:?} for {count} advances"
+        ))),
+    }
+}
+
+/// Reads one advance's answer and checks it against [`decide`]: a script that disagrees with the
 /// comparison rule is an error, never an answer.
 pub(super) fn read_advance(
     reply: Value,
@@ -98,6 +121,9 @@ pub(super) fn read_advance(
     compare: Compare,
 ) -> Result<Advance, RedisError> {
     let (passed, mark): (i64, Option<String>) = redis::from_redis_value(server_answer(reply)?)?;
+    if passed == -1 {
+        return Err(unexpected(mark.unwrap_or_default()));
+    }
     let mark = mark.as_deref().map(parse_mark).transpose()?;
     let outcome = match (passed, mark) {
         (1, previous) => Advance::Accepted { previous },
@@ -177,6 +203,26 @@ mod tests {
         assert!(read_advance(answer(1, Some("10")), 9, Compare::Monotonic).is_err());
         assert!(read_advance(answer(0, Some("18446744073709551616")), 1, Compare::Strict).is_err());
         assert!(read_advance(Value::Nil, 1, Compare::Strict).is_err());
+        // The script's own refusal of one advance.
+        let refused = Value::Array(vec![
+            Value::Int(-1),
+            Value::BulkString(b"fencegate: the stored mark is not a decimal number".to_vec()),
+        ]);
+        let error = read_advance(refused, 1, Compare::Strict).expect_err("refused");
+        assert!(error.to_string().contains("stored mark"), "{error}");
+    }
+
+    #[test]
+    fn a_batch_answer_has_one_answer_per_advance() {
+        let one = || Value::Array(vec![Value::Int(1), Value::Nil]);
+        assert_eq!(
+            split_advances(Value::Array(vec![one(), one()]), 2)
+                .map(|a| a.len())
+                .ok(),
+            Some(2)
+        );
+        assert!(split_advances(Value::Array(vec![one()]), 2).is_err());
+        assert!(split_advances(Value::Nil, 1).is_err());
     }
 
     #[test]

@@ -120,6 +120,8 @@ mib_million=$(awk -v b="$bytes_per_key" 'BEGIN {printf "%.0f", b * 1000000 / 104
   echo "## Memory"
   echo
   echo "\`cargo bench --bench cache_memory\`: $memory"
+  echo
+  cat benches/profile-notes.md
 } >BENCHMARKS.md
 echo "BENCHMARKS.md written" >&2
 sed -n '/## Targets/,/## Proxy/p' BENCHMARKS.md

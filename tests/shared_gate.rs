@@ -3,7 +3,8 @@
 //! a wait that is abandoned half-way (the request went away) leaves no lock behind in the pool;
 //! keys entered together (batched on the lock-holder sessions) are all held and all released; an
 //! entry abandoned before its batch answered leaves no lock behind on the holder session; releases
-//! and entries queued together both take effect.
+//! and entries queued together both take effect; a batched entry comes with the key's mark, read
+//! after the lock was taken.
 //! PostgreSQL must be running on 127.0.0.1:5432: these tests fail, never skip, when it is not.
 
 mod support;
@@ -12,16 +13,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencegate::config::{
-    PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
+    Compare, PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
     DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
 };
 use fencegate::gate::{PostgresGate, SharedGateError, SharedPass};
+use fencegate::store::{migrate_postgres, Advance, FenceStore, PostgresStore};
 use futures_util::FutureExt as _;
-use support::postgres::{unique_schema, TEST_POSTGRES_URL};
+use support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
 
-/// A gate whose pool has `connections` connections; the schema only namespaces the lock ids.
+/// A gate whose pool has `connections` connections, on schema `namespace` (migrated first, as the
+/// gateway's store does before the gate opens; it also namespaces the lock ids).
 async fn gate(namespace: &str, connections: u32) -> PostgresGate {
-    let config = PostgresStoreConfig {
+    let config = config(namespace, connections);
+    migrate_postgres(&config)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"));
+    PostgresGate::open(&config)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"))
+}
+
+fn config(namespace: &str, connections: u32) -> PostgresStoreConfig {
+    PostgresStoreConfig {
         url: TEST_POSTGRES_URL.to_owned(),
         schema: namespace.to_owned(),
         max_connections: 2,
@@ -29,10 +42,7 @@ async fn gate(namespace: &str, connections: u32) -> PostgresGate {
         gate_connections: connections,
         max_batch: DEFAULT_MAX_BATCH,
         cache_capacity: DEFAULT_CACHE_CAPACITY,
-    };
-    PostgresGate::open(&config)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"))
+    }
 }
 
 /// Enters `key` on `gate`, retrying briefly: a released lock is unlocked in the background.
@@ -70,6 +80,7 @@ async fn a_held_key_keeps_the_other_replica_out_until_released() {
     drop(enter_soon(&two, "invoice:1").await);
     one.close().await;
     two.close().await;
+    drop_schema(&namespace).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,6 +110,7 @@ async fn an_abandoned_wait_leaves_no_lock_behind() {
     drop(enter_soon(&holder, "invoice:7").await);
     holder.close().await;
     waiter.close().await;
+    drop_schema(&namespace).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,6 +151,7 @@ async fn keys_entered_together_are_all_held_and_all_released() {
     }
     one.close().await;
     two.close().await;
+    drop_schema(&namespace).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,6 +172,7 @@ async fn an_entry_abandoned_before_its_batch_answered_leaves_no_lock_behind() {
     drop(enter_soon(&two, "invoice:9").await);
     one.close().await;
     two.close().await;
+    drop_schema(&namespace).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,4 +218,44 @@ async fn releases_and_entries_batched_together_both_take_effect() {
     drop(new);
     one.close().await;
     two.close().await;
+    drop_schema(&namespace).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batched_entry_comes_with_the_mark_read_after_the_lock() {
+    let namespace = unique_schema();
+    let gate = gate(&namespace, 2).await;
+    let store = PostgresStore::open(&config(&namespace, 2))
+        .await
+        .expect("store on the same schema");
+    assert_eq!(
+        store
+            .advance("invoice:7", u64::MAX - 3, Compare::Strict)
+            .await
+            .ok(),
+        Some(Advance::Accepted { previous: None })
+    );
+    let pass = gate
+        .enter("invoice:7", Duration::from_secs(2))
+        .await
+        .expect("entry");
+    assert_eq!(pass.mark_under_lock(), Some(Some(u64::MAX - 3)));
+    // An advance made while the first pass is held is seen by the next entry of the key.
+    assert!(matches!(
+        store.advance("invoice:7", u64::MAX, Compare::Strict).await,
+        Ok(Advance::Accepted { .. })
+    ));
+    drop(pass);
+    let again = enter_soon(&gate, "invoice:7").await;
+    assert_eq!(again.mark_under_lock(), Some(Some(u64::MAX)));
+    drop(again);
+    let fresh = gate
+        .enter("invoice:never", Duration::from_secs(2))
+        .await
+        .expect("entry");
+    assert_eq!(fresh.mark_under_lock(), Some(None));
+    drop(fresh);
+    store.close().await.expect("close");
+    gate.close().await;
+    drop_schema(&namespace).await;
 }

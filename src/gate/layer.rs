@@ -99,7 +99,15 @@ where
                 .with_label_values(&[&route.name])
                 .observe(waiting.elapsed().as_secs_f64());
             let passes = passes?;
-            recheck(store.as_ref(), &route, &admitted).await?;
+            // A PostgreSQL pass may come with the mark read under the lock: no read of its own.
+            match passes
+                ._shared
+                .as_ref()
+                .and_then(SharedPass::mark_under_lock)
+            {
+                Some(current) => superseded(current, &route, &admitted)?,
+                None => recheck(store.as_ref(), &route, &admitted).await?,
+            }
             // On an upstream error or timeout the passes drop here, after the upstream call
             // (and with it its connection) has been dropped.
             let response = inner.call(request).await?;
@@ -147,6 +155,24 @@ async fn enter(
     })
 }
 
+/// Refuses the request if `current`, its key's mark read after it entered the gate, is above its
+/// token: a newer one was admitted while it waited.
+fn superseded(
+    current: Option<u64>,
+    route: &CompiledRoute,
+    admitted: &Admitted,
+) -> Result<(), GatewayError> {
+    match current {
+        Some(current) if current > admitted.token => Err(GatewayError::Superseded {
+            route: route.name.clone(),
+            key: admitted.key.clone(),
+            token: admitted.token,
+            current,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Refuses the request if a newer token than its own was admitted while it waited.
 async fn recheck(
     store: &dyn FenceStore,
@@ -156,13 +182,7 @@ async fn recheck(
     let current =
         tokio::time::timeout(route.fence.store_timeout, store.current(&admitted.key)).await;
     match current {
-        Ok(Ok(Some(current))) if current > admitted.token => Err(GatewayError::Superseded {
-            route: route.name.clone(),
-            key: admitted.key.clone(),
-            token: admitted.token,
-            current,
-        }),
-        Ok(Ok(_)) => Ok(()),
+        Ok(Ok(current)) => superseded(current, route, admitted),
         Ok(Err(source)) => Err(GatewayError::StoreFailed {
             route: route.name.clone(),
             key: admitted.key.clone(),

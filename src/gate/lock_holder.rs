@@ -1,8 +1,10 @@
 //! Batched cross-replica key locks: one PostgreSQL session holds the advisory locks of many keys
 //! at once. Entries and releases queued while a statement runs go together in the next one
-//! (`pg_try_advisory_lock` / `pg_advisory_unlock` over arrays), so an uncontended key costs a
-//! share of two statements instead of a connection and two round trips of its own. A key held by
-//! another session is not waited for here: the caller then waits on a dedicated connection.
+//! (`pg_advisory_unlock` over an array, `fencegate_lock_and_read`), so an uncontended key costs a
+//! share of two statements instead of a connection and two round trips of its own. Each lock
+//! taken comes with its key's mark, read after the lock (the gate's re-check, without a round trip
+//! of its own). A key held by another session is not waited for here: the caller then waits on a
+//! dedicated connection.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +13,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::ConnectOptions as _;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use crate::store::StoreError;
+use crate::store::{decode_postgres_mark, StoreError};
 
 const BACKEND: &str = "postgres";
 /// Longest a connect or one batch's statement may take; past it the session is given up.
@@ -26,8 +28,21 @@ pub struct LockHolder {
 }
 
 enum Command {
-    Lock { lock: i64, reply: Reply },
-    Unlock { lock: i64, session: u64 },
+    Lock {
+        lock: i64,
+        key: String,
+        reply: Reply,
+    },
+    Unlock {
+        lock: i64,
+        session: u64,
+    },
+}
+
+/// A lock taken, and its key's mark as read right after (`None`: the key has no mark).
+pub struct Taken {
+    pub lock: HeldLock,
+    pub mark: Option<u64>,
 }
 
 /// A key's lock, held by a holder session. Dropping it queues the release; the session stays
@@ -69,12 +84,14 @@ impl LockHolder {
         LockHolder { commands }
     }
 
-    /// Takes `lock` if no other session holds it: `Some` held lock, or `None` if it is held
-    /// elsewhere. Dropping the wait is safe: a lock taken for a caller that went away is released.
-    pub async fn try_lock(&self, lock: i64) -> Result<Option<HeldLock>, StoreError> {
+    /// Takes `lock` if no other session holds it and reads the mark of `key` after taking it:
+    /// `Some` lock and mark, or `None` if the lock is held elsewhere. Dropping the wait is safe: a
+    /// lock taken for a caller that went away is released.
+    pub async fn try_lock(&self, lock: i64, key: &str) -> Result<Option<Taken>, StoreError> {
         let (reply, answer) = oneshot::channel();
+        let key = key.to_owned();
         self.commands
-            .send(Command::Lock { lock, reply })
+            .send(Command::Lock { lock, key, reply })
             .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
     }
@@ -99,12 +116,14 @@ impl HolderTask {
 
     async fn process(&mut self, batch: Vec<Command>) {
         let mut locks = Vec::new();
+        let mut keys = Vec::new();
         let mut replies = Vec::new();
         let mut unlocks = Vec::new();
         for command in batch {
             match command {
-                Command::Lock { lock, reply } => {
+                Command::Lock { lock, key, reply } => {
                     locks.push(lock);
+                    keys.push(key);
                     replies.push(reply);
                 }
                 // A session given up releases its locks when it closes.
@@ -124,7 +143,7 @@ impl HolderTask {
         };
         let ran = tokio::time::timeout(
             STATEMENT_TIMEOUT,
-            run_statements(&session, &unlocks, &locks),
+            run_statements(&session, &unlocks, &locks, &keys),
         )
         .await;
         let taken = match ran {
@@ -139,11 +158,14 @@ impl HolderTask {
                 return fail(replies, &source);
             }
         };
-        for ((lock, reply), taken) in locks.into_iter().zip(replies).zip(taken) {
-            let held = taken.then(|| HeldLock {
-                lock,
-                session: Arc::clone(&session),
-                commands: self.commands.clone(),
+        for ((lock, reply), (taken, mark)) in locks.into_iter().zip(replies).zip(taken) {
+            let held = taken.then(|| Taken {
+                lock: HeldLock {
+                    lock,
+                    session: Arc::clone(&session),
+                    commands: self.commands.clone(),
+                },
+                mark: mark.map(decode_postgres_mark),
             });
             // If the caller went away, the returned lock is dropped here, which queues its
             // release for the next batch.
@@ -179,7 +201,7 @@ impl HolderTask {
 /// Why a batch failed, shared by every entry in it.
 type Failure = Arc<dyn std::error::Error + Send + Sync>;
 
-type Reply = oneshot::Sender<Result<Option<HeldLock>, StoreError>>;
+type Reply = oneshot::Sender<Result<Option<Taken>, StoreError>>;
 
 fn fail(replies: Vec<Reply>, source: &Failure) {
     for reply in replies {
@@ -190,14 +212,16 @@ fn fail(replies: Vec<Reply>, source: &Failure) {
     }
 }
 
-/// Releases `unlocks`, then tries `locks`; returns, per lock in order, whether it was taken.
-/// A session's advisory locks count re-entries, so a key released and taken again by the same
+/// Releases `unlocks`, then tries `locks`; returns, per lock in order, whether it was taken and,
+/// if it was, the stored mark of its key in `keys` read after taking it (migration 0003). A
+/// session's advisory locks count re-entries, so a key released and taken again by the same
 /// session in one batch ends up held once, in either order.
 async fn run_statements(
     session: &Session,
     unlocks: &[i64],
     locks: &[i64],
-) -> Result<Vec<bool>, sqlx::Error> {
+    keys: &[String],
+) -> Result<Vec<(bool, Option<i64>)>, sqlx::Error> {
     let mut connection = session.connection.lock().await;
     if !unlocks.is_empty() {
         sqlx::query("SELECT pg_advisory_unlock(id) FROM unnest($1::bigint[]) AS u(id)")
@@ -208,11 +232,9 @@ async fn run_statements(
     if locks.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_scalar(
-        "SELECT pg_try_advisory_lock(l.id) FROM unnest($1::bigint[]) WITH ORDINALITY AS l(id, n) \
-         ORDER BY l.n",
-    )
-    .bind(locks)
-    .fetch_all(&mut *connection)
-    .await
+    sqlx::query_as("SELECT taken, mark FROM fencegate_lock_and_read($1, $2) ORDER BY n")
+        .bind(locks)
+        .bind(keys)
+        .fetch_all(&mut *connection)
+        .await
 }

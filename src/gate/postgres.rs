@@ -41,8 +41,23 @@ pub enum SharedGateError {
 /// A key's shared gate, held: by a lock-holder session, or (after waiting for another replica)
 /// on a dedicated pooled connection. Dropping it releases the lock in the background.
 pub enum SharedPass {
-    Batched(HeldLock),
+    /// Taken in a lock-holder batch, with the key's mark read right after the lock.
+    Batched {
+        lock: HeldLock,
+        mark: Option<u64>,
+    },
     Dedicated(DedicatedLock),
+}
+
+impl SharedPass {
+    /// The key's mark as read once the lock was held (`Some(None)`: no mark), when the pass came
+    /// with one; `None` means the caller must read the mark itself.
+    pub fn mark_under_lock(&self) -> Option<Option<u64>> {
+        match self {
+            SharedPass::Batched { mark, .. } => Some(*mark),
+            SharedPass::Dedicated(_) => None,
+        }
+    }
 }
 
 /// A session-level advisory lock on a pooled connection. Dropping it unlocks in the background;
@@ -76,8 +91,15 @@ impl PostgresGate {
             .url
             .parse()
             .map_err(|e| setup(format!("gate: not a PostgreSQL URL: {e}")))?;
+        // The holder sessions call fencegate's function and read its table unqualified, and the
+        // function's read must see commits made after its statement began (READ COMMITTED; the
+        // space is escaped for the startup packet's option string, which sqlx passes as is).
+        let holder_options = options.clone().options([
+            ("search_path", config.schema.as_str()),
+            ("default_transaction_isolation", "read\\ committed"),
+        ]);
         let holders = (0..LOCK_HOLDERS)
-            .map(|_| LockHolder::start(options.clone()))
+            .map(|_| LockHolder::start(holder_options.clone()))
             .collect();
         let pool = PgPoolOptions::new()
             .max_connections(config.gate_connections.max(1))
@@ -96,8 +118,13 @@ impl PostgresGate {
         let started = std::time::Instant::now();
         let lock = lock_id(&self.namespace, key);
         let holder = &self.holders[holder_index(lock, self.holders.len())];
-        match tokio::time::timeout(wait, holder.try_lock(lock)).await {
-            Ok(Ok(Some(held))) => return Ok(SharedPass::Batched(held)),
+        match tokio::time::timeout(wait, holder.try_lock(lock, key)).await {
+            Ok(Ok(Some(taken))) => {
+                return Ok(SharedPass::Batched {
+                    lock: taken.lock,
+                    mark: taken.mark,
+                })
+            }
             Ok(Ok(None)) => {}
             Ok(Err(source)) => return Err(SharedGateError::Store(source)),
             Err(_) => return Err(SharedGateError::Timeout(wait)),

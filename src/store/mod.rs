@@ -25,6 +25,7 @@ pub use intents::{
     decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
     StoredOutcome,
 };
+pub(crate) use postgres::decode_mark as decode_postgres_mark;
 pub use postgres::{migrate as migrate_postgres, PostgresStore};
 pub use redis::RedisStore;
 pub use trust::StoreTrust;

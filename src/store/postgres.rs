@@ -299,7 +299,7 @@ pub(super) fn encode_mark(mark: u64) -> i64 {
     i64::from_ne_bytes((mark ^ (1 << 63)).to_ne_bytes())
 }
 
-pub(super) fn decode_mark(stored: i64) -> u64 {
+pub(crate) fn decode_mark(stored: i64) -> u64 {
     u64::from_ne_bytes(stored.to_ne_bytes()) ^ (1 << 63)
 }
 

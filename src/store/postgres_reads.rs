@@ -1,5 +1,6 @@
-//! Batched mark reads on PostgreSQL (the ordering gate's re-check): the marks of every key asked
-//! for while the previous read ran, in one `SELECT … WHERE key = ANY(…)`.
+//! Batched mark reads on PostgreSQL (the ordering gate's re-check after a dedicated wait, the
+//! admin API): the marks of every key asked for while the previous read ran, in one
+//! `SELECT … WHERE key = ANY(…)`.
 
 use std::collections::HashMap;
 

@@ -99,14 +99,10 @@ where
                 .with_label_values(&[&route.name])
                 .observe(waiting.elapsed().as_secs_f64());
             let passes = passes?;
-            // A PostgreSQL pass may come with the mark read under the lock: no read of its own.
-            match passes
-                ._shared
-                .as_ref()
-                .and_then(SharedPass::mark_under_lock)
-            {
-                Some(current) => superseded(current, &route, &admitted)?,
-                None => recheck(store.as_ref(), &route, &admitted).await?,
+            let known = store.known_mark(&admitted.key);
+            match recheck_source(passes._shared.as_ref(), passes._local.waited(), known) {
+                Recheck::Known(current) => superseded(current, &route, &admitted)?,
+                Recheck::AskStore => recheck(store.as_ref(), &route, &admitted).await?,
             }
             // On an upstream error or timeout the passes drop here, after the upstream call
             // (and with it its connection) has been dropped.
@@ -155,6 +151,37 @@ async fn enter(
     })
 }
 
+/// Where the re-check's mark comes from.
+#[derive(Debug, PartialEq, Eq)]
+enum Recheck {
+    /// Already known: the mark read under the PostgreSQL lock, or this process's cached mark.
+    Known(Option<u64>),
+    /// Read from the store.
+    AskStore,
+}
+
+/// Picks the re-check's source once a request holds its key's gate.
+///
+/// - A PostgreSQL pass taken by a lock-holder session comes with the mark read right after the
+///   lock: nothing newer can have been admitted by any replica in between that the read missed.
+/// - A request that found its key open in this process and has no shared lock (Redis, the
+///   embedded store) uses the cached mark. Every admission in this process raises the cache
+///   before its request reaches the gate, and its own admission put the key there; a newer token
+///   admitted here since, even one already forwarded, is in the cache. Other replicas are not
+///   ordered against this one without a shared gate, so a store read would only narrow a race it
+///   cannot close. A key no longer cached (evicted) is read from the store.
+/// - Otherwise (it waited for its turn, or waited for another replica's lock on a dedicated
+///   connection) the store is read.
+fn recheck_source(shared: Option<&SharedPass>, waited: bool, cached: Option<u64>) -> Recheck {
+    if let Some(mark) = shared.and_then(SharedPass::mark_under_lock) {
+        return Recheck::Known(mark);
+    }
+    match cached {
+        Some(mark) if shared.is_none() && !waited => Recheck::Known(Some(mark)),
+        _ => Recheck::AskStore,
+    }
+}
+
 /// Refuses the request if `current`, its key's mark read after it entered the gate, is above its
 /// token: a newer one was admitted while it waited.
 fn superseded(
@@ -193,5 +220,22 @@ async fn recheck(
             key: admitted.key.clone(),
             after: route.fence.store_timeout,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{recheck_source, Recheck};
+
+    #[test]
+    fn the_store_is_asked_only_after_a_wait_or_for_a_key_no_longer_cached() {
+        // Open key, no shared gate, cached: the cache answers.
+        assert_eq!(
+            recheck_source(None, false, Some(7)),
+            Recheck::Known(Some(7))
+        );
+        // It waited for its turn, or the key was evicted: the store is read.
+        assert_eq!(recheck_source(None, true, Some(7)), Recheck::AskStore);
+        assert_eq!(recheck_source(None, false, None), Recheck::AskStore);
     }
 }

@@ -16,6 +16,14 @@ pub struct LocalGate {
 pub struct LocalPass {
     _guard: OwnedMutexGuard<()>,
     _entry: Entry,
+    waited: bool,
+}
+
+impl LocalPass {
+    /// Whether the key was held when this pass was asked for (the request queued for its turn).
+    pub fn waited(&self) -> bool {
+        self.waited
+    }
 }
 
 /// A reference to a key's lock that removes the key from the map when it was the last one.
@@ -38,10 +46,15 @@ impl LocalGate {
             key: key.into(),
             lock: Some(Arc::clone(&lock)),
         };
-        let guard = lock.lock_owned().await;
+        // An open key is taken at once, as `lock_owned` would; a held one is queued for as usual.
+        let (guard, waited) = match Arc::clone(&lock).try_lock_owned() {
+            Ok(guard) => (guard, false),
+            Err(_) => (lock.lock_owned().await, true),
+        };
         LocalPass {
             _guard: guard,
             _entry: entry,
+            waited,
         }
     }
 
@@ -75,13 +88,15 @@ mod tests {
     async fn one_holder_per_key_in_arrival_order_and_idle_keys_are_dropped() {
         let gate = Arc::new(LocalGate::default());
         let first = gate.enter("k").await;
+        assert!(!first.waited(), "an open key is entered without waiting");
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
         for n in 0..5 {
             let gate = Arc::clone(&gate);
             let order = Arc::clone(&order);
             waiters.push(tokio::spawn(async move {
-                let _pass = gate.enter("k").await;
+                let pass = gate.enter("k").await;
+                assert!(pass.waited(), "a held key is waited for");
                 order.lock().unwrap().push(n);
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }));

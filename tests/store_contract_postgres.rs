@@ -8,10 +8,12 @@ mod support;
 use std::sync::Arc;
 
 use fencegate::config::{
-    PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
+    Compare, PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
     DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
 };
-use fencegate::store::{BeginRequest, Begun, FenceStore, IntentStore, PostgresStore};
+use fencegate::store::{
+    Advance, BeginRequest, Begun, FenceStore, IntentStore, PostgresStore, StoreError,
+};
 use support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
 
 fn config(schema: &str) -> PostgresStoreConfig {
@@ -122,4 +124,63 @@ async fn migrating_twice_is_harmless_and_an_unreachable_server_is_a_clear_error(
         !error.contains("hunter2"),
         "the password must not appear in errors: {error}"
     );
+}
+
+/// Each runtime thread batches its advances on connections of its own; the statement's row lock
+/// keeps one key's advances from several threads consistent (I1 under `strict`: the accepted
+/// tokens form one increasing chain), and a closed store refuses on every thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batchers_on_several_threads_keep_one_keys_marks_consistent() {
+    let schema = unique_schema();
+    let store: Arc<dyn FenceStore> =
+        Arc::new(PostgresStore::open(&config(&schema)).await.unwrap_or_else(|e| {
+            panic!("PostgreSQL at {TEST_POSTGRES_URL} is required (scripts/ensure-services.sh starts it): {e}")
+        }));
+    let mut tasks = Vec::new();
+    for task in 0..8u64 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let mut accepted = Vec::new();
+            for round in 0..100u64 {
+                let token = round * 8 + task + 1;
+                if let Ok(Advance::Accepted { previous }) =
+                    store.advance("shared", token, Compare::Strict).await
+                {
+                    accepted.push((previous, token));
+                }
+            }
+            accepted
+        }));
+    }
+    let mut accepted = Vec::new();
+    for task in tasks {
+        accepted.extend(task.await.expect("task"));
+    }
+    let mut replaced = std::collections::HashMap::new();
+    for (previous, token) in &accepted {
+        if let Some(previous) = previous {
+            assert!(token > previous, "{token} accepted over {previous}");
+        }
+        assert!(
+            replaced.insert(*previous, *token).is_none(),
+            "the mark {previous:?} was replaced twice"
+        );
+    }
+    let highest = accepted
+        .iter()
+        .map(|(_, t)| *t)
+        .max()
+        .expect("some accepted");
+    assert_eq!(highest, 8 * 100, "the highest token is always accepted");
+    assert_eq!(store.current("shared").await.ok(), Some(Some(highest)));
+    store.close().await.expect("close");
+    for _ in 0..4 {
+        let store = Arc::clone(&store);
+        let after =
+            tokio::spawn(async move { store.advance("shared", u64::MAX, Compare::Strict).await })
+                .await
+                .expect("task");
+        assert!(matches!(after, Err(StoreError::Closed)), "{after:?}");
+    }
+    drop_schema(&schema).await;
 }

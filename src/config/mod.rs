@@ -56,12 +56,13 @@ pub const DEFAULT_POSTGRES_SCHEMA: &str = "fencegate";
 pub const DEFAULT_POSTGRES_MAX_CONNECTIONS: u32 = 16;
 /// Connections of one gateway's cross-replica gate pool.
 pub const DEFAULT_POSTGRES_GATE_CONNECTIONS: u32 = 64;
-/// Batched advance statements one gateway runs at once on PostgreSQL. Few, so that concurrent
-/// advances wait for a turn and join a larger batch (the batch grows with the round trip, as the
-/// embedded store's group commit does). Measured on 2 cores, c=64, `ordering = "none"`: 16 at once
-/// gave 10.5k req/s, 4 gave 16.9k, 2 gave 15.2k-15.8k and 1 gave 20.7k-21.9k (serialize: 8.8k-9.5k
-/// with 2, 10.6k-12.3k with 1). More than one keeps other batches going while one statement is
-/// slow (a row lock held by a stalled replica, say).
+/// Batched advance statements each serving thread runs at once on PostgreSQL. Few, so that
+/// concurrent advances wait for a turn and join a larger batch (the batch grows with the round
+/// trip, as the embedded store's group commit does). Measured on 2 cores, c=64,
+/// `ordering = "none"`, per-thread batchers: 1 gave 31k-37k req/s, 2 gave 30k-32k; with one
+/// batcher for the whole gateway, before: 16 gave 10.5k, 4 gave 16.9k, 2 gave 15.2k-15.8k and 1
+/// gave 20.7k-21.9k. More than one keeps other batches going while one statement is slow (a row
+/// lock held by a stalled replica, say).
 pub const DEFAULT_POSTGRES_BATCHES_IN_FLIGHT: usize = 1;
 /// Prefix of fencegate's Redis keys unless the file names another.
 pub const DEFAULT_REDIS_KEY_PREFIX: &str = "fencegate:";
@@ -232,7 +233,8 @@ pub struct PostgresStoreConfig {
     pub schema: String,
     #[serde(default = "default_postgres_max_connections")]
     pub max_connections: u32,
-    /// Batched advance statements running at once (each on one of `max_connections`).
+    /// Batched advance statements each serving thread runs at once (each on a connection of
+    /// that thread's own), and batched mark reads running at once (on the pool).
     #[serde(default = "default_postgres_batches_in_flight")]
     pub batches_in_flight: usize,
     /// Connections for the cross-replica key gate (`ordering = "serialize"`): each forward in

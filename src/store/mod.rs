@@ -15,6 +15,7 @@ mod postgres;
 mod postgres_batcher;
 mod postgres_intents;
 mod postgres_reads;
+mod postgres_thread_batchers;
 mod redis;
 mod trust;
 

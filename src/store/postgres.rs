@@ -1,6 +1,7 @@
 //! The PostgreSQL backend: marks shared by every gateway replica. Concurrent advances are batched
-//! into one `INSERT … ON CONFLICT DO UPDATE` over arrays per round trip; each key's check and write
-//! are one atomic step of that statement, durable (synchronous_commit) when it returns.
+//! into one `INSERT … ON CONFLICT DO UPDATE` over arrays per round trip, per serving thread
+//! (`postgres_thread_batchers`); each key's check and write are one atomic step of that
+//! statement, durable (synchronous_commit) when it returns.
 //!
 //! Within one batch a key appears once, with the largest token asked for it: the requests of a
 //! batch were all in flight at once, so ordering them by token is a valid linearization, and the
@@ -11,18 +12,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::ConnectOptions as _;
 use tokio::sync::{mpsc, oneshot};
 
 use super::postgres_batcher;
 use super::postgres_reads::{read_marks, ReadRequest};
+use super::postgres_thread_batchers::ThreadBatchers;
 use super::{decide, new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use crate::config::{Compare, PostgresStoreConfig};
 
 pub(super) const BACKEND: &str = "postgres";
 /// How long opening (and each later connection attempt) may take before it counts as a failure.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Advisory-lock key serializing schema creation among replicas ("fencegat" in ASCII).
 const SCHEMA_LOCK_KEY: i64 = 0x6665_6e63_6567_6174;
@@ -40,29 +42,25 @@ RETURNING m.key, m.mark, m.previous_mark";
 
 pub struct PostgresStore {
     pub(super) pool: PgPool,
-    advances: mpsc::Sender<AdvanceRequest>,
+    advances: ThreadBatchers,
     reads: mpsc::Sender<ReadRequest>,
 }
 
-struct AdvanceRequest {
+pub(super) struct AdvanceRequest {
     key: String,
     token: u64,
     compare: Compare,
-    reply: oneshot::Sender<Result<Advance, StoreError>>,
+    pub(super) reply: oneshot::Sender<Result<Advance, StoreError>>,
 }
 
 impl PostgresStore {
     /// Connects, creates the schema and runs the migrations, and starts the batching task.
     pub async fn open(config: &PostgresStoreConfig) -> Result<PostgresStore, StoreError> {
-        let pool = connect(config).await?;
+        let options = connect_options(config)?;
+        let pool = connect(config, options.clone()).await?;
         migrate_pool(&pool, &config.schema).await?;
         let in_flight = batches_in_flight(config);
-        let advances = postgres_batcher::start(
-            pool.clone(),
-            config.max_batch,
-            in_flight,
-            |pool, batch: Vec<AdvanceRequest>| Box::pin(async move { execute(&pool, batch).await }),
-        );
+        let advances = ThreadBatchers::new(options, config.max_batch, in_flight);
         let reads = postgres_batcher::start(
             pool.clone(),
             config.max_batch,
@@ -85,27 +83,31 @@ fn batches_in_flight(config: &PostgresStoreConfig) -> usize {
 
 /// Creates the schema and applies pending migrations (what `fencegate migrate` runs).
 pub async fn migrate(config: &PostgresStoreConfig) -> Result<(), StoreError> {
-    let pool = connect(config).await?;
+    let pool = connect(config, connect_options(config)?).await?;
     let result = migrate_pool(&pool, &config.schema).await;
     pool.close().await;
     result
 }
 
-async fn connect(config: &PostgresStoreConfig) -> Result<PgPool, StoreError> {
+/// The store's connection options: unqualified table names resolve to fencegate's schema.
+fn connect_options(config: &PostgresStoreConfig) -> Result<PgConnectOptions, StoreError> {
+    let options: PgConnectOptions = config.url.parse().map_err(|e| StoreError::Setup {
+        backend: BACKEND,
+        detail: format!("{}: not a PostgreSQL URL: {e}", redacted(&config.url)),
+    })?;
+    Ok(options
+        .options([("search_path", config.schema.as_str())])
+        .log_statements(tracing::log::LevelFilter::Trace))
+}
+
+async fn connect(
+    config: &PostgresStoreConfig,
+    options: PgConnectOptions,
+) -> Result<PgPool, StoreError> {
     let setup = |detail: String| StoreError::Setup {
         backend: BACKEND,
         detail,
     };
-    let options: PgConnectOptions = config.url.parse().map_err(|e| {
-        setup(format!(
-            "{}: not a PostgreSQL URL: {e}",
-            redacted(&config.url)
-        ))
-    })?;
-    // Unqualified table names resolve to fencegate's schema on every pooled connection.
-    let options = options
-        .options([("search_path", config.schema.as_str())])
-        .log_statements(tracing::log::LevelFilter::Trace);
     let pool = PgPoolOptions::new()
         .max_connections(config.max_connections.max(1))
         .acquire_timeout(CONNECT_TIMEOUT)
@@ -172,10 +174,7 @@ impl FenceStore for PostgresStore {
                 compare,
                 reply,
             };
-            self.advances
-                .send(request)
-                .await
-                .map_err(|_| StoreError::Closed)?;
+            self.advances.send(request).await?;
             answer.await.map_err(|_| StoreError::Closed)?
         })
     }
@@ -216,7 +215,9 @@ impl FenceStore for PostgresStore {
 
     fn close(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            // Closing the pool makes the batcher's pending and later batches fail with an error.
+            // Closing the pool makes the read batcher's pending and later batches fail with an
+            // error; the advance batchers stop once their queues are answered.
+            self.advances.close();
             self.pool.close().await;
             Ok(())
         })
@@ -227,14 +228,9 @@ impl FenceStore for PostgresStore {
     }
 }
 
-/// Runs one batch of advances and answers each of its requests.
-async fn execute(pool: &PgPool, batch: Vec<AdvanceRequest>) {
-    if pool.is_closed() {
-        for request in batch {
-            let _ = request.reply.send(Err(StoreError::Closed));
-        }
-        return;
-    }
+/// Runs one batch of advances on `connection` and answers each of its requests; false when the
+/// statement failed.
+pub(super) async fn execute(connection: &mut PgConnection, batch: Vec<AdvanceRequest>) -> bool {
     // One row per key, with the largest token; sorted so concurrent batches lock rows in one order.
     let mut largest: BTreeMap<&str, u64> = BTreeMap::new();
     for request in &batch {
@@ -246,7 +242,7 @@ async fn execute(pool: &PgPool, batch: Vec<AdvanceRequest>) {
     let rows: Result<Vec<(String, i64, Option<i64>)>, sqlx::Error> = sqlx::query_as(ADVANCE_SQL)
         .bind(&keys)
         .bind(&tokens)
-        .fetch_all(pool)
+        .fetch_all(connection)
         .await;
     let previous: BTreeMap<String, Option<u64>> = match rows {
         Ok(rows) => rows
@@ -256,10 +252,11 @@ async fn execute(pool: &PgPool, batch: Vec<AdvanceRequest>) {
         Err(source) => {
             tracing::error!(error = %source, "postgres advance failed");
             fail_batch(batch.into_iter().map(|r| r.reply), source);
-            return;
+            return false;
         }
     };
     answer_in_token_order(batch, &previous);
+    true
 }
 
 /// Decides every request of a batch: per key, in ascending token order from the mark the

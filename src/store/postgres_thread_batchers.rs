@@ -1,0 +1,137 @@
+//! Per-thread advance batchers on PostgreSQL: each thread that asks (each serving thread) gets
+//! its own batching task and its own connections, all on that thread's runtime, so a batch's I/O
+//! and the wake-ups of its requests stay on the thread that serves them. Requests that arrive
+//! while a thread's statements run go together in its next one.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::ThreadId;
+
+use dashmap::DashMap;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{ConnectOptions as _, Connection as _};
+use tokio::sync::{mpsc, Semaphore};
+
+use super::postgres::{execute, fail_batch, AdvanceRequest, CONNECT_TIMEOUT};
+use super::StoreError;
+
+/// Requests that may queue for one thread's batcher before callers wait.
+const QUEUE: usize = 16 * 1024;
+
+pub(super) struct ThreadBatchers {
+    batchers: DashMap<ThreadId, mpsc::Sender<AdvanceRequest>>,
+    options: PgConnectOptions,
+    max_batch: usize,
+    /// Batches one thread runs at once (`batches_in_flight`).
+    in_flight: usize,
+    /// Set by `close`: no batcher is started after it.
+    closed: AtomicBool,
+}
+
+impl ThreadBatchers {
+    pub(super) fn new(
+        options: PgConnectOptions,
+        max_batch: usize,
+        in_flight: usize,
+    ) -> ThreadBatchers {
+        ThreadBatchers {
+            batchers: DashMap::new(),
+            options,
+            max_batch: max_batch.max(1),
+            in_flight: in_flight.max(1),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Queues `request` on the calling thread's batcher, started on the calling runtime if there
+    /// is none (or its runtime has ended).
+    pub(super) async fn send(&self, request: AdvanceRequest) -> Result<(), StoreError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed);
+        }
+        let thread = std::thread::current().id();
+        let batcher = match self.batchers.get(&thread).filter(|b| !b.is_closed()) {
+            Some(batcher) => batcher.clone(),
+            None => {
+                let (batcher, requests) = mpsc::channel(QUEUE);
+                tokio::spawn(run(
+                    self.options.clone(),
+                    self.max_batch,
+                    self.in_flight,
+                    requests,
+                ));
+                self.batchers.insert(thread, batcher.clone());
+                batcher
+            }
+        };
+        batcher.send(request).await.map_err(|_| StoreError::Closed)
+    }
+
+    /// Stops every batcher once its queue is answered; later requests fail with `Closed`.
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.batchers.clear();
+    }
+}
+
+/// One thread's batcher: runs up to `in_flight` batches at once, each on a connection of the
+/// thread's own (opened when none is idle, dropped after a failed statement).
+async fn run(
+    options: PgConnectOptions,
+    max_batch: usize,
+    in_flight: usize,
+    mut requests: mpsc::Receiver<AdvanceRequest>,
+) {
+    let idle: Arc<Mutex<Vec<PgConnection>>> = Arc::new(Mutex::new(Vec::new()));
+    let turns = Arc::new(Semaphore::new(in_flight.max(1)));
+    let mut batch = Vec::with_capacity(max_batch.min(1024));
+    loop {
+        // Waiting for a turn first lets more requests join the next batch.
+        let Ok(turn) = Arc::clone(&turns).acquire_owned().await else {
+            return;
+        };
+        if requests.recv_many(&mut batch, max_batch).await == 0 {
+            break;
+        }
+        let batch = std::mem::take(&mut batch);
+        let (idle, options) = (Arc::clone(&idle), options.clone());
+        // Spawned on this thread's runtime: the statement's I/O stays on this thread.
+        tokio::spawn(async move {
+            let reused = idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+            let mut connection = match reused {
+                Some(connection) => connection,
+                None => match tokio::time::timeout(CONNECT_TIMEOUT, options.connect()).await {
+                    Ok(Ok(fresh)) => fresh,
+                    Ok(Err(source)) => {
+                        tracing::error!(error = %source, "postgres advance connection failed");
+                        fail_batch(batch.into_iter().map(|r| r.reply), source);
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::error!("postgres advance connection timed out");
+                        fail_batch(
+                            batch.into_iter().map(|r| r.reply),
+                            sqlx::Error::PoolTimedOut,
+                        );
+                        return;
+                    }
+                },
+            };
+            // After a failed statement the connection's state is unknown: it is not reused.
+            if execute(&mut connection, batch).await {
+                idle.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(connection);
+            }
+            drop(turn);
+        });
+    }
+    // The store closed: let running batches finish, then close the idle connections.
+    let _ = turns
+        .acquire_many(u32::try_from(in_flight.max(1)).unwrap_or(u32::MAX))
+        .await;
+    let connections = std::mem::take(&mut *idle.lock().unwrap_or_else(PoisonError::into_inner));
+    for connection in connections {
+        let _ = connection.close().await;
+    }
+}

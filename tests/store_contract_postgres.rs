@@ -11,9 +11,7 @@ use fencegate::config::{
     Compare, PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
     DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
 };
-use fencegate::store::{
-    Advance, BeginRequest, Begun, FenceStore, IntentStore, PostgresStore, StoreError,
-};
+use fencegate::store::{BeginRequest, Begun, FenceStore, IntentStore, PostgresStore, StoreError};
 use support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
 
 fn config(schema: &str) -> PostgresStoreConfig {
@@ -136,43 +134,13 @@ async fn batchers_on_several_threads_keep_one_keys_marks_consistent() {
         Arc::new(PostgresStore::open(&config(&schema)).await.unwrap_or_else(|e| {
             panic!("PostgreSQL at {TEST_POSTGRES_URL} is required (scripts/ensure-services.sh starts it): {e}")
         }));
-    let mut tasks = Vec::new();
-    for task in 0..8u64 {
-        let store = Arc::clone(&store);
-        tasks.push(tokio::spawn(async move {
-            let mut accepted = Vec::new();
-            for round in 0..100u64 {
-                let token = round * 8 + task + 1;
-                if let Ok(Advance::Accepted { previous }) =
-                    store.advance("shared", token, Compare::Strict).await
-                {
-                    accepted.push((previous, token));
-                }
-            }
-            accepted
-        }));
-    }
-    let mut accepted = Vec::new();
-    for task in tasks {
-        accepted.extend(task.await.expect("task"));
-    }
-    let mut replaced = std::collections::HashMap::new();
-    for (previous, token) in &accepted {
-        if let Some(previous) = previous {
-            assert!(token > previous, "{token} accepted over {previous}");
-        }
-        assert!(
-            replaced.insert(*previous, *token).is_none(),
-            "the mark {previous:?} was replaced twice"
-        );
-    }
-    let highest = accepted
-        .iter()
-        .map(|(_, t)| *t)
-        .max()
-        .expect("some accepted");
-    assert_eq!(highest, 8 * 100, "the highest token is always accepted");
-    assert_eq!(store.current("shared").await.ok(), Some(Some(highest)));
+    support::contract::advances_from_many_tasks_form_one_chain(
+        Arc::clone(&store),
+        "shared",
+        8,
+        100,
+    )
+    .await;
     store.close().await.expect("close");
     for _ in 0..4 {
         let store = Arc::clone(&store);

@@ -413,48 +413,13 @@ async fn advances_sharing_one_script_call_are_answered_each_on_its_own() {
 async fn writers_on_several_threads_keep_one_keys_marks_consistent() {
     with_prefix(|prefix| async move {
         let store = open(&config(&redis_url(), &prefix)).await;
-        let mut tasks = Vec::new();
-        for task in 0..8u64 {
-            let store = Arc::clone(&store);
-            tasks.push(tokio::spawn(async move {
-                let mut accepted = Vec::new();
-                for round in 0..200u64 {
-                    let token = round * 8 + task + 1;
-                    if let Ok(Advance::Accepted { previous }) =
-                        store.advance("shared", token, Compare::Strict).await
-                    {
-                        accepted.push((previous, token));
-                    }
-                    if round % 16 == 0 {
-                        tokio::task::yield_now().await;
-                    }
-                }
-                accepted
-            }));
-        }
-        let mut accepted = Vec::new();
-        for task in tasks {
-            accepted.extend(task.await.expect("task"));
-        }
-        // Every accepted advance names the mark it replaced; each mark was replaced at most once,
-        // and always by a larger token, so the accepted tokens form one increasing chain.
-        let mut replaced = HashMap::new();
-        for (previous, token) in &accepted {
-            if let Some(previous) = previous {
-                assert!(token > previous, "{token} accepted over {previous}");
-            }
-            assert!(
-                replaced.insert(*previous, *token).is_none(),
-                "the mark {previous:?} was replaced twice"
-            );
-        }
-        let highest = accepted
-            .iter()
-            .map(|(_, t)| *t)
-            .max()
-            .expect("some accepted");
-        assert_eq!(highest, 8 * 200, "the highest token is always accepted");
-        assert_eq!(store.current("shared").await.ok(), Some(Some(highest)));
+        support::contract::advances_from_many_tasks_form_one_chain(
+            Arc::clone(&store),
+            "shared",
+            8,
+            200,
+        )
+        .await;
         store.close().await.expect("close");
         let after = tokio::spawn({
             let store = Arc::clone(&store);

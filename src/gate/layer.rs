@@ -99,8 +99,8 @@ where
                 .with_label_values(&[&route.name])
                 .observe(waiting.elapsed().as_secs_f64());
             let passes = passes?;
-            let known = store.known_mark(&admitted.key);
-            match recheck_source(passes._shared.as_ref(), passes._local.waited(), known) {
+            let cached = || store.known_mark(&admitted.key);
+            match recheck_source(passes._shared.as_ref(), passes._local.waited(), cached) {
                 Recheck::Known(current) => superseded(current, &route, &admitted)?,
                 Recheck::AskStore => recheck(store.as_ref(), &route, &admitted).await?,
             }
@@ -172,14 +172,18 @@ enum Recheck {
 ///   cannot close. A key no longer cached (evicted) is read from the store.
 /// - Otherwise (it waited for its turn, or waited for another replica's lock on a dedicated
 ///   connection) the store is read.
-fn recheck_source(shared: Option<&SharedPass>, waited: bool, cached: Option<u64>) -> Recheck {
+fn recheck_source(
+    shared: Option<&SharedPass>,
+    waited: bool,
+    cached: impl FnOnce() -> Option<u64>,
+) -> Recheck {
     if let Some(mark) = shared.and_then(SharedPass::mark_under_lock) {
         return Recheck::Known(mark);
     }
-    match cached {
-        Some(mark) if shared.is_none() && !waited => Recheck::Known(Some(mark)),
-        _ => Recheck::AskStore,
+    if shared.is_some() || waited {
+        return Recheck::AskStore;
     }
+    cached().map_or(Recheck::AskStore, |mark| Recheck::Known(Some(mark)))
 }
 
 /// Refuses the request if `current`, its key's mark read after it entered the gate, is above its
@@ -231,11 +235,11 @@ mod tests {
     fn the_store_is_asked_only_after_a_wait_or_for_a_key_no_longer_cached() {
         // Open key, no shared gate, cached: the cache answers.
         assert_eq!(
-            recheck_source(None, false, Some(7)),
+            recheck_source(None, false, || Some(7)),
             Recheck::Known(Some(7))
         );
         // It waited for its turn, or the key was evicted: the store is read.
-        assert_eq!(recheck_source(None, true, Some(7)), Recheck::AskStore);
-        assert_eq!(recheck_source(None, false, None), Recheck::AskStore);
+        assert_eq!(recheck_source(None, true, || Some(7)), Recheck::AskStore);
+        assert_eq!(recheck_source(None, false, || None), Recheck::AskStore);
     }
 }

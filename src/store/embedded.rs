@@ -3,8 +3,9 @@
 //!
 //! Group commit needs no timer: while one commit is syncing, new requests queue and the next batch
 //! takes all of them, so a lone request never waits for company. The batches run on the serving
-//! thread that found the writer idle (`combining`), not on a writer task of their own. The file is opened
-//! with `locking_mode = EXCLUSIVE`, so a second process cannot open the same store by mistake.
+//! thread that found the writer idle (`combining`), not on a writer task of their own. The file is
+//! opened with `locking_mode = EXCLUSIVE`, so a second process cannot open the same store by
+//! mistake.
 //! Intent records (`embedded_intents`) go through the same writer, one transaction per batch.
 
 use std::collections::HashMap;
@@ -13,13 +14,12 @@ use std::str::FromStr as _;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous,
 };
 use sqlx::{ConnectOptions as _, Connection as _, QueryBuilder, Sqlite};
 use tokio::sync::oneshot;
-
-use futures_util::future::BoxFuture;
 
 use super::combining::{BatchWriter, Combiner};
 use super::embedded_intents::{self, IntentCommand};

@@ -3,15 +3,13 @@
 //! and the wake-ups of its requests stay on the thread that serves them. Requests that arrive
 //! while a thread's statements run go together in its next one.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::ThreadId;
 
-use dashmap::DashMap;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions as _, Connection as _};
 use tokio::sync::{mpsc, Semaphore};
 
+use super::per_thread::PerThread;
 use super::postgres::{execute, fail_batch, AdvanceRequest, CONNECT_TIMEOUT};
 use super::StoreError;
 
@@ -19,13 +17,11 @@ use super::StoreError;
 const QUEUE: usize = 16 * 1024;
 
 pub(super) struct ThreadBatchers {
-    batchers: DashMap<ThreadId, mpsc::Sender<AdvanceRequest>>,
+    batchers: PerThread<AdvanceRequest>,
     options: PgConnectOptions,
     max_batch: usize,
     /// Batches one thread runs at once (`batches_in_flight`).
     in_flight: usize,
-    /// Set by `close`: no batcher is started after it.
-    closed: AtomicBool,
 }
 
 impl ThreadBatchers {
@@ -35,42 +31,32 @@ impl ThreadBatchers {
         in_flight: usize,
     ) -> ThreadBatchers {
         ThreadBatchers {
-            batchers: DashMap::new(),
+            batchers: PerThread::new(),
             options,
             max_batch: max_batch.max(1),
             in_flight: in_flight.max(1),
-            closed: AtomicBool::new(false),
         }
     }
 
     /// Queues `request` on the calling thread's batcher, started on the calling runtime if there
     /// is none (or its runtime has ended).
     pub(super) async fn send(&self, request: AdvanceRequest) -> Result<(), StoreError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(StoreError::Closed);
-        }
-        let thread = std::thread::current().id();
-        let batcher = match self.batchers.get(&thread).filter(|b| !b.is_closed()) {
-            Some(batcher) => batcher.clone(),
-            None => {
-                let (batcher, requests) = mpsc::channel(QUEUE);
-                tokio::spawn(run(
-                    self.options.clone(),
-                    self.max_batch,
-                    self.in_flight,
-                    requests,
-                ));
-                self.batchers.insert(thread, batcher.clone());
-                batcher
-            }
-        };
+        let batcher = self.batchers.queue(|| {
+            let (batcher, requests) = mpsc::channel(QUEUE);
+            tokio::spawn(run(
+                self.options.clone(),
+                self.max_batch,
+                self.in_flight,
+                requests,
+            ));
+            batcher
+        })?;
         batcher.send(request).await.map_err(|_| StoreError::Closed)
     }
 
     /// Stops every batcher once its queue is answered; later requests fail with `Closed`.
     pub(super) fn close(&self) {
-        self.closed.store(true, Ordering::Release);
-        self.batchers.clear();
+        drop(self.batchers.close());
     }
 }
 

@@ -193,3 +193,55 @@ async fn many_keys_are_independent(store: &dyn FenceStore) {
         );
     }
 }
+
+/// `tasks` tasks (spread over the runtime's threads) advance `key` under `strict` with
+/// interleaved tokens 1..=tasks×rounds. Every accepted advance names the mark it replaced; each
+/// mark must be replaced at most once and always by a larger token, so the accepted tokens form
+/// one increasing chain (I1), ending at the highest token, which is the key's mark afterwards.
+pub async fn advances_from_many_tasks_form_one_chain(
+    store: Arc<dyn FenceStore>,
+    key: &'static str,
+    tasks: u64,
+    rounds: u64,
+) {
+    let mut running = Vec::new();
+    for task in 0..tasks {
+        let store = Arc::clone(&store);
+        running.push(tokio::spawn(async move {
+            let mut accepted = Vec::new();
+            for round in 0..rounds {
+                let token = round * tasks + task + 1;
+                if let Ok(Advance::Accepted { previous }) =
+                    store.advance(key, token, Compare::Strict).await
+                {
+                    accepted.push((previous, token));
+                }
+                if round % 16 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            accepted
+        }));
+    }
+    let mut accepted = Vec::new();
+    for task in running {
+        accepted.extend(task.await.expect("advancing task"));
+    }
+    let mut replaced = std::collections::HashMap::new();
+    for (previous, token) in &accepted {
+        if let Some(previous) = previous {
+            assert!(token > previous, "{token} accepted over {previous}");
+        }
+        assert!(
+            replaced.insert(*previous, *token).is_none(),
+            "the mark {previous:?} was replaced twice"
+        );
+    }
+    let highest = accepted.iter().map(|(_, t)| *t).max();
+    assert_eq!(
+        highest,
+        Some(tasks * rounds),
+        "the highest token is always accepted"
+    );
+    assert_eq!(store.current(key).await.ok(), Some(highest));
+}

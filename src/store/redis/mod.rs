@@ -1,23 +1,21 @@
 //! The Redis backend: marks as decimal strings under `{key_prefix}mark:{key}`, and the `RedisStore`
 //! handle with one writer task per serving thread, each owning its own connection and sending each
-//! batch of its thread's concurrent requests as one pipeline. Scripts: `script.rs` (advance), `intents.rs`; persistence check: `durability.rs`.
+//! batch of its thread's concurrent requests as one pipeline. Scripts: `script.rs` (advance),
+//! `intents.rs`; persistence check: `durability.rs`.
 
 mod durability;
 mod intents;
 mod script;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::ThreadId;
 use std::time::Duration;
-
-use dashmap::DashMap;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, RedisError, Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::mailbox;
+use super::per_thread::PerThread;
 use super::{new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use crate::config::{Compare, RedisStoreConfig, DEFAULT_STORE_TIMEOUT};
 use durability::{judge_durability, read_persistence, Durability};
@@ -47,9 +45,7 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// script call). The first writer uses the connection `open` checked; the others connect when
 /// their thread first asks.
 pub struct RedisStore {
-    writers: DashMap<ThreadId, mpsc::Sender<Command>>,
-    /// Set by `close`: no writer is started after it.
-    closed: AtomicBool,
+    writers: PerThread<Command>,
     /// What a new writer is made from.
     template: WriterTemplate,
     prefix: String,
@@ -123,40 +119,23 @@ impl RedisStore {
             max_batch: config.max_batch.max(1),
             url,
         };
-        let writers = DashMap::new();
-        writers.insert(
-            std::thread::current().id(),
-            template.spawn(Some(connection)),
-        );
+        let writers = PerThread::new();
+        // The opening thread's writer keeps the connection checked above.
+        writers.queue(|| template.spawn(Some(connection)))?;
         Ok(RedisStore {
             writers,
-            closed: AtomicBool::new(false),
             template,
             prefix: config.key_prefix.clone(),
             scripts: IntentScripts::new(),
         })
     }
 
-    /// The writer of the calling thread, started (on the calling runtime) if there is none or
-    /// its runtime has ended.
-    fn writer(&self) -> mpsc::Sender<Command> {
-        let thread = std::thread::current().id();
-        if let Some(writer) = self.writers.get(&thread).filter(|w| !w.is_closed()) {
-            return writer.clone();
-        }
-        let writer = self.template.spawn(None);
-        self.writers.insert(thread, writer.clone());
-        writer
-    }
-
     async fn request<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
     ) -> Result<T, StoreError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(StoreError::Closed);
-        }
-        mailbox::ask(&self.writer(), make).await
+        let writer = self.writers.queue(|| self.template.spawn(None))?;
+        mailbox::ask(&writer, make).await
     }
 }
 
@@ -212,10 +191,7 @@ impl FenceStore for RedisStore {
 
     fn close(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            self.closed.store(true, Ordering::Release);
-            let writers: Vec<mpsc::Sender<Command>> =
-                self.writers.iter().map(|w| w.value().clone()).collect();
-            for writer in writers {
+            for writer in self.writers.close() {
                 mailbox::close(&writer, |reply| Command::Close { reply }).await;
             }
             Ok(())

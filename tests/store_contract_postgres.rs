@@ -8,10 +8,10 @@ mod support;
 use std::sync::Arc;
 
 use fencegate::config::{
-    Compare, PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
+    PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
     DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
 };
-use fencegate::store::{BeginRequest, Begun, FenceStore, IntentStore, PostgresStore, StoreError};
+use fencegate::store::{BeginRequest, Begun, FenceStore, IntentStore, PostgresStore};
 use support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
 
 fn config(schema: &str) -> PostgresStoreConfig {
@@ -141,14 +141,6 @@ async fn batchers_on_several_threads_keep_one_keys_marks_consistent() {
         100,
     )
     .await;
-    store.close().await.expect("close");
-    for _ in 0..4 {
-        let store = Arc::clone(&store);
-        let after =
-            tokio::spawn(async move { store.advance("shared", u64::MAX, Compare::Strict).await })
-                .await
-                .expect("task");
-        assert!(matches!(after, Err(StoreError::Closed)), "{after:?}");
-    }
+    support::contract::closed_store_refuses_on_every_thread(store, "shared").await;
     drop_schema(&schema).await;
 }

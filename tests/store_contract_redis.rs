@@ -420,14 +420,7 @@ async fn writers_on_several_threads_keep_one_keys_marks_consistent() {
             200,
         )
         .await;
-        store.close().await.expect("close");
-        let after = tokio::spawn({
-            let store = Arc::clone(&store);
-            async move { store.current("shared").await }
-        })
-        .await
-        .expect("task");
-        assert!(matches!(after, Err(StoreError::Closed)), "{after:?}");
+        support::contract::closed_store_refuses_on_every_thread(store, "shared").await;
     })
     .await;
 }

@@ -305,19 +305,29 @@ pub(super) fn fail_batch<T>(
     replies: impl IntoIterator<Item = oneshot::Sender<Result<T, StoreError>>>,
     source: sqlx::Error,
 ) {
+    let closed = matches!(source, sqlx::Error::PoolClosed);
     let source: Arc<dyn std::error::Error + Send + Sync> = Arc::new(source);
     for reply in replies {
-        let _ = reply.send(Err(StoreError::Backend {
-            backend: BACKEND,
-            source: Arc::clone(&source),
+        let _ = reply.send(Err(if closed {
+            StoreError::Closed
+        } else {
+            StoreError::Backend {
+                backend: BACKEND,
+                source: Arc::clone(&source),
+            }
         }));
     }
 }
 
+/// A failed statement as the store reports it: after `close` the pool refuses every call, which
+/// the `FenceStore` contract calls `Closed`.
 pub(super) fn backend_error(source: sqlx::Error) -> StoreError {
-    StoreError::Backend {
-        backend: BACKEND,
-        source: Arc::new(source),
+    match source {
+        sqlx::Error::PoolClosed => StoreError::Closed,
+        source => StoreError::Backend {
+            backend: BACKEND,
+            source: Arc::new(source),
+        },
     }
 }
 

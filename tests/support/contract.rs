@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fencegate::config::Compare;
-use fencegate::store::{Advance, FenceStore};
+use fencegate::store::{Advance, FenceStore, StoreError};
 use rand::Rng as _;
 
 /// Runs the whole contract. `open` opens the backend under test on the same data every time it is
@@ -244,4 +244,23 @@ pub async fn advances_from_many_tasks_form_one_chain(
         "the highest token is always accepted"
     );
     assert_eq!(store.current(key).await.ok(), Some(highest));
+}
+
+/// After `close`, advances and reads from tasks on every runtime thread are refused with
+/// `Closed`: no thread starts a new writer or connection for a closed store.
+pub async fn closed_store_refuses_on_every_thread(store: Arc<dyn FenceStore>, key: &'static str) {
+    store.close().await.expect("close");
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let advanced = store.advance(key, u64::MAX, Compare::Strict).await;
+            assert!(matches!(advanced, Err(StoreError::Closed)), "{advanced:?}");
+            let read = store.current(key).await;
+            assert!(matches!(read, Err(StoreError::Closed)), "{read:?}");
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task after close");
+    }
 }

@@ -249,7 +249,7 @@ impl App {
             Gateway::new(
                 Arc::clone(&self.routes),
                 Arc::clone(&self.store),
-                Arc::clone(&intents),
+                self.intents.clone(),
                 self.gates.clone(),
                 Arc::clone(&self.metrics),
             )

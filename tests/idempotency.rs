@@ -32,6 +32,16 @@ struct Setup {
 
 impl Setup {
     async fn start(backend: Backend, honours_keys: bool, idempotency_extra: &str) -> Setup {
+        Setup::start_with_store(backend, honours_keys, idempotency_extra, "").await
+    }
+
+    /// Like `start`, with `store_extra` appended to the `[store]` table.
+    async fn start_with_store(
+        backend: Backend,
+        honours_keys: bool,
+        idempotency_extra: &str,
+        store_extra: &str,
+    ) -> Setup {
         let provider = Provider::start(honours_keys).await;
         let dir = tempfile::tempdir().unwrap();
         let (store, cleanup): (
@@ -64,6 +74,7 @@ impl Setup {
                 )
             }
         };
+        let store = format!("{store}{store_extra}\n");
         let routes = format!(
             "[[routes]]\nname = \"payouts\"\npath = \"/payouts/{{id}}\"\nupstream = \"{}\"\nresource_key = \"payout:{{id}}\"\ntimeout = \"500ms\"\n\n[routes.idempotency]\nkey = \"payout:{{id}}\"\n{idempotency_extra}\n",
             provider.url()
@@ -211,6 +222,30 @@ async fn a_new_holder_resubmits_after_the_old_one_vanished(backend: Backend) {
     s.finish().await;
 }
 
+/// With no cache in front of the store, a superseded holder's token is refused by the store's
+/// own compare-and-advance, which comes before the intent: a stale retry with another body is
+/// "stale-fence" (not 422 for a reused key), and nothing reaches the provider.
+async fn a_stale_token_is_refused_before_the_intent_without_a_cache(backend: Backend) {
+    let s = Setup::start_with_store(backend, true, "", "cache_capacity = 0").await;
+    assert_eq!(s.pay(1, 6, 100).await.status, 201);
+    let zombie = s.pay(1, 5, 999).await;
+    assert_eq!(zombie.status, 409);
+    assert_eq!(zombie.problem_slug(), "stale-fence");
+    assert_eq!(s.provider.calls(), 1);
+    let intent =
+        s.gw.intents()
+            .get("payouts/payout:1")
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!((intent.state, intent.fence), (IntentState::Completed, 6));
+    // The holder's own retry is still replayed.
+    let again = s.pay(1, 6, 100).await;
+    assert_eq!(again.status, 201);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    s.finish().await;
+}
+
 async fn concurrent_duplicates_reach_the_provider_once(backend: Backend) {
     let s = Setup::start(backend, false, "").await;
     s.provider
@@ -312,6 +347,7 @@ on_every_backend!(
     retries_by_the_same_holder_are_replayed,
     unknown_outcomes_are_listed_and_resubmitted_with_the_same_key,
     a_new_holder_resubmits_after_the_old_one_vanished,
+    a_stale_token_is_refused_before_the_intent_without_a_cache,
     concurrent_duplicates_reach_the_provider_once,
     a_key_reused_for_another_request_is_422,
     client_keys_per_policy,

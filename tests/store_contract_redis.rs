@@ -230,9 +230,16 @@ async fn require_durable_follows_the_servers_persistence_settings() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_store_keeps_the_intent_contract() {
     with_prefix(|prefix| async move {
-        let store = open_store(&config(&redis_url(), &prefix)).await;
-        support::intent_contract::keeps_the_intent_contract(Arc::new(store) as Arc<dyn IntentStore>)
-            .await;
+        let store = Arc::new(open_store(&config(&redis_url(), &prefix)).await);
+        support::intent_contract::keeps_the_intent_contract(
+            Arc::clone(&store) as Arc<dyn IntentStore>
+        )
+        .await;
+        support::intent_contract::advance_and_begin_agrees_with_separate_calls(
+            store.as_ref(),
+            store.as_ref(),
+        )
+        .await;
     })
     .await;
 }

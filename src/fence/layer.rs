@@ -18,13 +18,30 @@ use crate::error::{GatewayError, Origin};
 use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
-use crate::store::{Advance, FenceStore};
+use crate::store::{decide, Advance, FenceStore, StoreError};
 
 /// A fenced request the fence admitted: its resource key and token, for the layers after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admitted {
     pub key: String,
     pub token: u64,
+}
+
+/// A fenced request on an idempotent route that passed every check but the compare-and-advance,
+/// which the idempotency layer makes together with recording the intent (one store round where
+/// the backend allows it; see [`advance_and_begin`](super::advance_and_begin)). Only under
+/// `mode = "enforce"` with `on_store_error = "fail_closed"`, where a refused advance always
+/// ends the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeferredAdvance {
+    pub key: String,
+    pub token: u64,
+}
+
+/// What the fence decided for a request it did not refuse.
+enum Verdict {
+    Admitted(Admitted),
+    Deferred(DeferredAdvance),
 }
 
 #[derive(Clone)]
@@ -85,14 +102,15 @@ where
         Box::pin(async move {
             let route = routed.route;
             let verdict = match read_key_and_token(&route, &routed.captures, &request) {
-                Ok((key, token)) => admit(&route, key, token, &request, store.as_ref())
-                    .await
-                    .map(|key| Admitted { key, token }),
+                Ok((key, token)) => admit(&route, key, token, &request, store.as_ref()).await,
                 Err(refusal) => Err(refusal),
             };
             match (verdict, route.fence.mode) {
-                (Ok(admitted), _) => {
+                (Ok(Verdict::Admitted(admitted)), _) => {
                     request.extensions_mut().insert(admitted);
+                }
+                (Ok(Verdict::Deferred(deferred)), _) => {
+                    request.extensions_mut().insert(deferred);
                 }
                 (Err(refusal), FenceMode::Observe) => observe(&route, &refusal),
                 (Err(refusal), _) if fails_open(&route, &refusal) => {
@@ -146,14 +164,15 @@ fn read_key_and_token<B>(
 }
 
 /// The checks after the token is read, cheapest and store-free first: the signature, then
-/// `max_advance`, then the compare-and-advance. A refused signature never reaches the store.
+/// `max_advance`, then the compare-and-advance (deferred to the idempotency layer on idempotent
+/// routes, after a look at the cache). A refused signature never reaches the store.
 async fn admit<B>(
     route: &CompiledRoute,
     key: String,
     token: u64,
     request: &Request<B>,
     store: &dyn FenceStore,
-) -> Result<String, GatewayError> {
+) -> Result<Verdict, GatewayError> {
     let counters = &route.counters;
     if let Some(signature) = &route.fence.signature {
         signature
@@ -190,22 +209,39 @@ async fn admit<B>(
             return Err(refusal);
         }
     }
-    advance(route, key, token, store).await
-}
-
-/// Compares and advances the key's mark; `Ok` carries the key of a request that may pass.
-async fn advance(
-    route: &CompiledRoute,
-    key: String,
-    token: u64,
-    store: &dyn FenceStore,
-) -> Result<String, GatewayError> {
-    let counters = &route.counters;
+    if defers_advance(route) {
+        // A token the cache already refuses is answered now, before the body is read.
+        if let Some(mark) = store.known_mark(&key) {
+            if let Advance::Stale { current } = decide(Some(mark), token, route.fence.compare) {
+                return Err(refuse_stale(route, key, token, current));
+            }
+        }
+        return Ok(Verdict::Deferred(DeferredAdvance { key, token }));
+    }
     let advanced = tokio::time::timeout(
         route.fence.store_timeout,
         store.advance(&key, token, route.fence.compare),
     )
     .await;
+    judge_advance(route, key, token, advanced).map(|key| Verdict::Admitted(Admitted { key, token }))
+}
+
+/// Whether the route's idempotency layer makes the compare-and-advance (see [`DeferredAdvance`]).
+fn defers_advance(route: &CompiledRoute) -> bool {
+    route.idempotency.is_some()
+        && route.fence.mode == FenceMode::Enforce
+        && route.fence.on_store_error == OnStoreError::FailClosed
+}
+
+/// Counts a compare-and-advance's answer and turns a refusal into the error that answers the
+/// request; `Ok` carries the key of a request that may pass.
+pub fn judge_advance(
+    route: &CompiledRoute,
+    key: String,
+    token: u64,
+    advanced: Result<Result<Advance, StoreError>, tokio::time::error::Elapsed>,
+) -> Result<String, GatewayError> {
+    let counters = &route.counters;
     match advanced {
         Ok(Ok(Advance::Accepted { previous })) => {
             RouteCounters::bump(&counters.accepted);
@@ -214,15 +250,7 @@ async fn advance(
             }
             Ok(key)
         }
-        Ok(Ok(Advance::Stale { current })) => {
-            RouteCounters::bump(&counters.stale);
-            Err(GatewayError::StaleFence {
-                route: route.name.clone(),
-                key,
-                token,
-                current,
-            })
-        }
+        Ok(Ok(Advance::Stale { current })) => Err(refuse_stale(route, key, token, current)),
         Ok(Err(source)) => {
             RouteCounters::bump(&counters.store_errors);
             Err(GatewayError::StoreFailed {
@@ -239,6 +267,17 @@ async fn advance(
                 after: route.fence.store_timeout,
             })
         }
+    }
+}
+
+/// Counts a stale token and makes its refusal.
+fn refuse_stale(route: &CompiledRoute, key: String, token: u64, current: u64) -> GatewayError {
+    RouteCounters::bump(&route.counters.stale);
+    GatewayError::StaleFence {
+        route: route.name.clone(),
+        key,
+        token,
+        current,
     }
 }
 

@@ -8,7 +8,7 @@ mod limit;
 mod signature;
 mod token;
 
-pub use layer::{Admitted, Fence, FenceLayer};
+pub use layer::{judge_advance, Admitted, DeferredAdvance, Fence, FenceLayer};
 pub use limit::{check_max_advance, within_max_advance};
 pub use signature::{
     sign_token, signature_key_from_env, signed_message, SignatureConfigError, SignatureError,

@@ -20,13 +20,14 @@ use tower::{Service, ServiceBuilder};
 use crate::error::GatewayError;
 use crate::fence::{Fence, FenceLayer};
 use crate::gate::{Gate, GateLayer, Gates};
-use crate::idempotency::{Idempotency, IdempotencyLayer};
+use crate::idempotency::{Idempotency, IdempotencyLayer, IntentBackend};
 use crate::metrics::Metrics;
 use crate::proxy::{strip_hop_by_hop_headers, Proxy, ProxyBody, RequestBody};
 use crate::reload::RouteSource;
 use crate::request_id::{assign_request_id, stamp_request_id};
 use crate::route::RESERVED_PREFIX;
 use crate::server::AmbiguousFraming;
+use crate::store::intents::NoIntentStore;
 use crate::store::{FenceStore, IntentStore};
 
 type RoutedStack = Routing<Fence<Idempotency<Gate<Proxy>>>>;
@@ -42,10 +43,17 @@ impl Gateway {
     pub fn new(
         routes: Arc<RouteSource>,
         store: Arc<dyn FenceStore>,
-        intents: Arc<dyn IntentStore>,
+        intents: Option<Arc<dyn IntentStore>>,
         gates: Gates,
         metrics: Arc<Metrics>,
     ) -> Gateway {
+        // `intents`, when given, are the fence store's own backend: one store round may then
+        // carry a write's advance and its intent. Without them, idempotent routes answer 503.
+        let intents = IntentBackend {
+            shared: intents.is_some(),
+            intents: intents.unwrap_or_else(|| Arc::new(NoIntentStore)),
+            fences: Arc::clone(&store),
+        };
         let routed = ServiceBuilder::new()
             // First: find the route, so every later layer knows the route's settings.
             .layer(RoutingLayer::new(Arc::clone(&routes), Arc::clone(&metrics)))

@@ -3,7 +3,6 @@
 //! outcome before answering; replays known outcomes; refuses duplicates in flight (409), keys
 //! reused for other requests (422) and requests without a required client key (400).
 
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -11,14 +10,15 @@ use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt as _;
 use tower::{Layer, Service};
 
+use super::admission::{advance_and_begin, IntentBackend};
 use super::capture::{read_prefix, read_request, Prefix, Prefixed};
 use super::{fingerprint, idempotency_key, now_ms, IdempotencySettings};
 use crate::config::ClientKey;
 use crate::error::GatewayError;
-use crate::fence::Admitted;
+use crate::fence::{Admitted, DeferredAdvance};
 use crate::proxy::{full_body, ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
-use crate::store::{BeginRequest, Begun, IntentStore, StoreError, StoredOutcome};
+use crate::store::{BeginRequest, Begun, StoreError, StoredOutcome};
 
 /// Header marking an answer replayed from a stored outcome.
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
@@ -28,12 +28,12 @@ const ATTEMPT_LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct IdempotencyLayer {
-    intents: Arc<dyn IntentStore>,
+    backend: IntentBackend,
 }
 
 impl IdempotencyLayer {
-    pub fn new(intents: Arc<dyn IntentStore>) -> IdempotencyLayer {
-        IdempotencyLayer { intents }
+    pub fn new(backend: IntentBackend) -> IdempotencyLayer {
+        IdempotencyLayer { backend }
     }
 }
 
@@ -42,7 +42,7 @@ impl<S> Layer<S> for IdempotencyLayer {
 
     fn layer(&self, inner: S) -> Idempotency<S> {
         Idempotency {
-            intents: Arc::clone(&self.intents),
+            backend: self.backend.clone(),
             inner,
         }
     }
@@ -50,7 +50,7 @@ impl<S> Layer<S> for IdempotencyLayer {
 
 #[derive(Clone)]
 pub struct Idempotency<S> {
-    intents: Arc<dyn IntentStore>,
+    backend: IntentBackend,
     inner: S,
 }
 
@@ -79,17 +79,10 @@ where
         };
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let intents = Arc::clone(&self.intents);
-        Box::pin(async move {
-            call_once(
-                request,
-                &routed.route,
-                &routed,
-                intents.as_ref(),
-                &mut inner,
-            )
-            .await
-        })
+        let backend = self.backend.clone();
+        Box::pin(
+            async move { call_once(request, &routed.route, &routed, &backend, &mut inner).await },
+        )
     }
 }
 
@@ -98,7 +91,7 @@ async fn call_once<S>(
     request: Request<RequestBody>,
     route: &CompiledRoute,
     routed: &RouteMatch,
-    intents: &dyn IntentStore,
+    backend: &IntentBackend,
     inner: &mut S,
 ) -> Result<Response<ProxyBody>, GatewayError>
 where
@@ -107,12 +100,15 @@ where
     let Some(settings) = &route.idempotency else {
         return inner.call(request).await;
     };
+    let intents = backend.intents.as_ref();
+    let deferred = request.extensions().get::<DeferredAdvance>().cloned();
     let sent_key = key_for(&request, route, routed, settings)?;
     let record_key = format!("{}/{sent_key}", route.name);
-    let fence = request
-        .extensions()
-        .get::<Admitted>()
-        .map_or(0, |a| a.token);
+    let fence = match (&deferred, request.extensions().get::<Admitted>()) {
+        (Some(deferred), _) => deferred.token,
+        (None, Some(admitted)) => admitted.token,
+        (None, None) => 0,
+    };
     let (mut parts, body) = request.into_parts();
     let body = read_request(body, settings.max_request_body)
         .await
@@ -150,9 +146,19 @@ where
         key: record_key.clone(),
         source,
     };
-    let begun = with_timeout(route, &record_key, intents.begin(begin))
-        .await?
-        .map_err(store_failed)?;
+    let begun = match deferred {
+        // The fence left the compare-and-advance to this layer: made now, with the begin.
+        Some(deferred) => {
+            let (admitted, begun) = advance_and_begin(route, deferred, backend, begin, |begin| {
+                with_timeout(route, &record_key, intents.begin(begin))
+            })
+            .await?;
+            parts.extensions.insert(admitted);
+            begun?
+        }
+        None => with_timeout(route, &record_key, intents.begin(begin)).await?,
+    }
+    .map_err(store_failed)?;
     match begun {
         Begun::Fresh | Begun::Resubmit { .. } => {}
         Begun::Completed(outcome) => return Ok(replay(outcome)),
@@ -259,11 +265,14 @@ fn key_for(
         }
         _ => {}
     }
-    let resource_key = request
-        .extensions()
-        .get::<Admitted>()
-        .map(|a| a.key.clone())
-        .unwrap_or_default();
+    let extensions = request.extensions();
+    let resource_key = match extensions.get::<DeferredAdvance>() {
+        Some(deferred) => deferred.key.clone(),
+        None => extensions
+            .get::<Admitted>()
+            .map(|a| a.key.clone())
+            .unwrap_or_default(),
+    };
     let captures = routed.captures.with(&[
         ("resource_key", resource_key.as_str()),
         ("method", request.method().as_str()),

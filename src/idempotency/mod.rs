@@ -1,14 +1,17 @@
 //! Idempotency for providers that cannot be fenced (DESIGN §6): the same key on every attempt, a
 //! durable intent before the call, replay of a known outcome. `settings.rs` compiles a route's
-//! table, `key.rs` derives keys and fingerprints, `layer.rs` is the request flow and `capture.rs`
-//! records the provider's answer as it streams to the client.
+//! table, `key.rs` derives keys and fingerprints, `layer.rs` is the request flow (with
+//! `admission.rs`, the fence's deferred advance made with the intent) and `capture.rs` records
+//! the provider's answer as it streams to the client.
 
+mod admission;
 mod capture;
 pub mod cli;
 mod key;
 mod layer;
 mod settings;
 
+pub use admission::IntentBackend;
 pub use key::{fingerprint, idempotency_key};
 pub use layer::{Idempotency, IdempotencyLayer};
 pub use settings::{IdempotencySettings, SettingsError, TEMPLATE_EXTRAS};

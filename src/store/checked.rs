@@ -5,7 +5,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Advance, FenceStore, MarkCache, StoreError, StoreFuture, StoreIdentity, StoreTrust};
+use super::{
+    Advance, AdvancedAndBegun, BeginRequest, FenceStore, MarkCache, StoreError, StoreFuture,
+    StoreIdentity, StoreTrust,
+};
 use crate::config::Compare;
 use crate::metrics::Metrics;
 
@@ -46,6 +49,26 @@ impl CheckedStore {
         result
     }
 
+    /// Checks an advance's answer against the mark seen before the call (`floor`) and raises the
+    /// cache to the mark the answer implies.
+    fn settle(
+        &self,
+        key: &str,
+        token: u64,
+        floor: Option<u64>,
+        outcome: Advance,
+    ) -> Result<(), StoreError> {
+        let (before, after) = match outcome {
+            Advance::Accepted { previous } => (previous, previous.map_or(token, |p| p.max(token))),
+            Advance::Stale { current } => (Some(current), current),
+        };
+        if let Some(error) = self.regressed(key, before, floor) {
+            return Err(error);
+        }
+        self.cache.raise(key, after);
+        Ok(())
+    }
+
     /// The answer `mark` for `key` is below `floor`, a mark seen before the call started.
     fn regressed(&self, key: &str, mark: Option<u64>, floor: Option<u64>) -> Option<StoreError> {
         let floor = floor?;
@@ -73,18 +96,34 @@ impl FenceStore for CheckedStore {
             let outcome = self
                 .timed("advance", self.inner.advance(&key, token, compare))
                 .await?;
-            let (before, after) = match outcome {
-                Advance::Accepted { previous } => {
-                    (previous, previous.map_or(token, |p| p.max(token)))
-                }
-                Advance::Stale { current } => (Some(current), current),
-            };
-            if let Some(error) = self.regressed(&key, before, floor) {
-                return Err(error);
-            }
-            self.cache.raise(&key, after);
+            self.settle(&key, token, floor, outcome)?;
             Ok(outcome)
         })
+    }
+
+    fn advance_and_begin(
+        &self,
+        key: &str,
+        token: u64,
+        compare: Compare,
+        begin: BeginRequest,
+    ) -> Result<StoreFuture<'_, AdvancedAndBegun>, Box<BeginRequest>> {
+        let call = self.inner.advance_and_begin(key, token, compare, begin)?;
+        let key = key.to_owned();
+        Ok(Box::pin(async move {
+            if let Some(current) = self.cache.refuses(&key, token, compare) {
+                // `call` is dropped unpolled: nothing was sent.
+                return Ok(AdvancedAndBegun {
+                    advance: Advance::Stale { current },
+                    begun: None,
+                });
+            }
+            self.trust.check()?;
+            let floor = self.cache.get(&key);
+            let answer = self.timed("advance_and_begin", call).await?;
+            self.settle(&key, token, floor, answer.advance)?;
+            Ok(answer)
+        }))
     }
 
     fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>> {

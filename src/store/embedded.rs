@@ -24,7 +24,10 @@ use tokio::sync::oneshot;
 use super::combining::{BatchWriter, Combiner};
 use super::embedded_intents::{self, IntentCommand};
 use super::intents::{BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome};
-use super::{decide, new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
+use super::{
+    decide, new_store_id, Advance, AdvancedAndBegun, FenceStore, StoreError, StoreFuture,
+    StoreIdentity,
+};
 use crate::config::Compare;
 
 const BACKEND: &str = "embedded";
@@ -57,6 +60,8 @@ enum Command {
         token: u64,
         compare: Compare,
         reply: oneshot::Sender<Result<Advance, StoreError>>,
+        /// An intent to begin in the same batch if the token is accepted (dropped otherwise).
+        then_begin: Option<IntentCommand>,
     },
     Current {
         key: String,
@@ -137,6 +142,40 @@ impl FenceStore for EmbeddedStore {
             token,
             compare,
             reply,
+            then_begin: None,
+        }))
+    }
+
+    /// One command: the writer begins the intent, in the intents' transaction of the same batch,
+    /// only after it accepted the advance.
+    fn advance_and_begin(
+        &self,
+        key: &str,
+        token: u64,
+        compare: Compare,
+        begin: BeginRequest,
+    ) -> Result<StoreFuture<'_, AdvancedAndBegun>, Box<BeginRequest>> {
+        let key = key.to_owned();
+        Ok(Box::pin(async move {
+            let (begin_reply, begun) = oneshot::channel();
+            let then_begin = Some(IntentCommand::Begin {
+                request: begin,
+                reply: begin_reply,
+            });
+            let advance = self
+                .request(move |reply| Command::Advance {
+                    key,
+                    token,
+                    compare,
+                    reply,
+                    then_begin,
+                })
+                .await?;
+            let begun = match advance {
+                Advance::Accepted { .. } => Some(begun.await.unwrap_or(Err(StoreError::Closed))),
+                Advance::Stale { .. } => None,
+            };
+            Ok(AdvancedAndBegun { advance, begun })
         }))
     }
 
@@ -306,12 +345,15 @@ async fn process(
                 token,
                 compare,
                 reply,
+                then_begin,
             } => {
                 let outcome = decide(marks.get(&key).copied(), token, compare);
                 if let Advance::Accepted { previous } = outcome {
                     if previous.is_none_or(|p| token > p) {
                         marks.insert(key, token);
                     }
+                    // Applied after the marks' commit below, like every intent of the batch.
+                    intents.extend(then_begin);
                 }
                 answers.push((outcome, reply));
             }

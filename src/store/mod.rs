@@ -51,6 +51,15 @@ pub enum Advance {
     Stale { current: u64 },
 }
 
+/// The answer to [`FenceStore::advance_and_begin`].
+#[derive(Debug)]
+pub struct AdvancedAndBegun {
+    pub advance: Advance,
+    /// The intent's answer, when the advance was accepted (`None` for a stale token: nothing
+    /// was begun). A failed begin leaves the accepted advance in place, as two calls would.
+    pub begun: Option<Result<Begun, StoreError>>,
+}
+
 /// What [`FenceStore::identity`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreIdentity {
@@ -71,6 +80,20 @@ pub trait FenceStore: Send + Sync + 'static {
     fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance>;
     /// The key's mark, or `None` for a key never advanced.
     fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>>;
+    /// [`advance`](FenceStore::advance), and only when the token is accepted, `begin` on this
+    /// backend's own intent records in the same write round (the embedded store: one writer
+    /// batch), which saves an idempotent write a round trip and a commit of its own.
+    /// `Err(begin)` hands the request back where the backend has no such round: the caller then
+    /// advances and begins in turn. The future does nothing until polled.
+    fn advance_and_begin(
+        &self,
+        _key: &str,
+        _token: u64,
+        _compare: Compare,
+        begin: BeginRequest,
+    ) -> Result<StoreFuture<'_, AdvancedAndBegun>, Box<BeginRequest>> {
+        Err(Box::new(begin))
+    }
     /// A lower bound of the key's mark known without a round trip (a cache), if any.
     fn known_mark(&self, _key: &str) -> Option<u64> {
         None

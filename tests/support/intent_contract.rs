@@ -1,10 +1,14 @@
 //! The `IntentStore` contract, written once over `dyn IntentStore` so every backend runs the same
 //! checks: the begin rule, completion and abandonment, listing for reconciliation, operator
-//! resolution, retention pruning, and concurrent duplicates (exactly one attempt wins).
+//! resolution, retention pruning, and concurrent duplicates (exactly one attempt wins); and,
+//! over both traits of one backend, an advance and a begin in one round.
 
 use std::sync::Arc;
 
-use fencegate::store::{BeginRequest, Begun, IntentState, IntentStore, Resolution, StoredOutcome};
+use fencegate::config::Compare;
+use fencegate::store::{
+    Advance, BeginRequest, Begun, FenceStore, IntentState, IntentStore, Resolution, StoredOutcome,
+};
 
 const DAY_MS: u64 = 86_400_000;
 
@@ -222,4 +226,56 @@ async fn concurrent_duplicates_start_one_attempt(store: Arc<dyn IntentStore>) {
         }
     }
     assert_eq!(fresh, 1, "exactly one duplicate may call the provider");
+}
+
+/// `FenceStore::advance_and_begin` on one backend seen through both traits: where the backend
+/// offers it, an accepted token leaves its advance durable and begins the intent by the rule of
+/// a separate `begin`, and a stale token begins nothing; where it does not, the request comes
+/// back untouched.
+pub async fn advance_and_begin_agrees_with_separate_calls(
+    fences: &dyn FenceStore,
+    intents: &dyn IntentStore,
+) {
+    let t = 3_000_000;
+    let first = request("ab:1", 7, "fp", t);
+    let call = match fences.advance_and_begin("ab-key:1", 7, Compare::Monotonic, first.clone()) {
+        Ok(call) => call,
+        Err(back) => {
+            assert_eq!(
+                *back, first,
+                "a backend without the round hands the request back"
+            );
+            return;
+        }
+    };
+    let answer = call.await.unwrap();
+    assert_eq!(answer.advance, Advance::Accepted { previous: None });
+    assert_eq!(answer.begun.expect("begun").unwrap(), Begun::Fresh);
+    assert_eq!(fences.current("ab-key:1").await.unwrap(), Some(7));
+    let record = intents.get("ab:1").await.unwrap().expect("recorded");
+    assert_eq!((record.state, record.fence), (IntentState::Submitting, 7));
+
+    // A stale token: refused, and no intent begun.
+    let stale = request("ab:2", 6, "fp", t);
+    let answer = fences
+        .advance_and_begin("ab-key:1", 6, Compare::Monotonic, stale)
+        .expect("offered once, offered always")
+        .await
+        .unwrap();
+    assert_eq!(answer.advance, Advance::Stale { current: 7 });
+    assert!(answer.begun.is_none());
+    assert_eq!(intents.get("ab:2").await.unwrap(), None);
+
+    // The same token again (monotonic): accepted, and the begin answers as `begin` would.
+    let repeat = request("ab:1", 7, "fp", t + 1);
+    let answer = fences
+        .advance_and_begin("ab-key:1", 7, Compare::Monotonic, repeat)
+        .expect("offered")
+        .await
+        .unwrap();
+    assert_eq!(answer.advance, Advance::Accepted { previous: Some(7) });
+    assert!(matches!(
+        answer.begun.expect("begun").unwrap(),
+        Begun::InFlight { .. }
+    ));
 }

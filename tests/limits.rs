@@ -106,6 +106,38 @@ async fn too_many_header_fields_get_431() {
     assert_eq!(upstream.seen().len(), 1);
 }
 
+/// The default (100, hyper's own limit, which the server leaves implicit) holds exactly. The
+/// test upstream has hyper's limit too and the gateway adds its forwarding headers, so the check
+/// is whether a head got past the gateway's own parser: then its answer (whatever the upstream
+/// made of it) carries the request id the gateway assigns; a head the gateway's parser refuses
+/// never reaches the service that assigns it.
+#[tokio::test]
+async fn the_default_header_field_limit_is_100() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let gw = TestGateway::start_with_server_options("", &route(&upstream.url())).await;
+    let head = |fields: usize| {
+        let mut request = b"GET /inv/1 HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n".to_vec();
+        for i in 2..fields {
+            request.extend_from_slice(format!("X-Extra-{i}: {i}\r\n").as_bytes());
+        }
+        request.extend_from_slice(b"\r\n");
+        request
+    };
+    let at_limit = exchange(gw.addr, &head(100)).await;
+    assert!(
+        at_limit.text().contains("x-request-id: "),
+        "100 fields pass the gateway: {:?}",
+        at_limit.text()
+    );
+    let over = exchange(gw.addr, &head(101)).await;
+    assert_eq!(over.statuses(), [431], "{:?}", over.text());
+    assert!(
+        !over.text().contains("x-request-id"),
+        "101 fields are refused by the gateway itself: {:?}",
+        over.text()
+    );
+}
+
 /// `fencegate_connections_refused_total` as the admin listener reports it.
 async fn refused_connections(gw: &TestGateway) -> u64 {
     let auth = format!("Bearer {TOKEN}");

@@ -161,16 +161,12 @@ impl FramingScanner {
                     .map(|i| self.partial_head[i])
             }
         };
-        let mut from = 0;
-        while let Some(offset) = bytes[from..].iter().position(|&b| b == b'\n') {
-            let at = from + offset;
-            let back = if before(at, 1) == Some(b'\r') { 2 } else { 1 };
-            if before(at, back) == Some(b'\n') {
-                return Some(at + 1);
-            }
-            from = at + 1;
-        }
-        None
+        memchr::memchr_iter(b'\n', bytes)
+            .find(|&at| {
+                let back = if before(at, 1) == Some(b'\r') { 2 } else { 1 };
+                before(at, back) == Some(b'\n')
+            })
+            .map(|at| at + 1)
     }
 
     /// Consumes chunked-body bytes from `bytes`; returns how many.
@@ -261,7 +257,7 @@ fn hex_value(b: u8) -> Option<u8> {
 
 /// Reads the framing headers of one complete head (request line to blank line).
 fn framing_of(head: &[u8]) -> Framing {
-    let mut lines = head.split(|&b| b == b'\n').map(trim_cr);
+    let mut lines = Lines { rest: Some(head) }.map(trim_cr);
     let request_line = lines.next().unwrap_or_default();
     // `CONNECT` turns the connection into a tunnel; `PRI` is HTTP/2's preface.
     if request_line.starts_with(b"CONNECT ") || request_line.starts_with(b"PRI ") {
@@ -273,7 +269,7 @@ fn framing_of(head: &[u8]) -> Framing {
         if line.is_empty() {
             break;
         }
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
+        let Some(colon) = memchr::memchr(b':', line) else {
             return Framing::Unfollowable;
         };
         let (name, value) = (&line[..colon], trim_ows(&line[colon + 1..]));
@@ -300,6 +296,26 @@ fn framing_of(head: &[u8]) -> Framing {
         (Some(false), None) => Framing::Unfollowable,
         (None, Some(n)) => Framing::Length(n),
         (None, None) => Framing::None,
+    }
+}
+
+/// The lines of a head, split at line feeds (found with `memchr`: this runs on every request).
+struct Lines<'a> {
+    rest: Option<&'a [u8]>,
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let rest = self.rest?;
+        match memchr::memchr(b'\n', rest) {
+            Some(at) => {
+                self.rest = Some(&rest[at + 1..]);
+                Some(&rest[..at])
+            }
+            None => self.rest.take(),
+        }
     }
 }
 

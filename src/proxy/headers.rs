@@ -9,7 +9,7 @@ use http::Version;
 /// Headers that are hop-by-hop by definition; RFC 9110 §7.6.1 names `Connection`, `Proxy-Connection`,
 /// `Keep-Alive`, `TE`, `Transfer-Encoding` and `Upgrade`; `Trailer` and the `Proxy-Auth*` pair are
 /// meant for the next hop only as well. Names, not strings: removing by a `HeaderName` skips
-/// parsing the name on every request.
+/// parsing the name on every request. `Connection` comes first (bit 0 of [`hop_by_hop_bit`]).
 const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("proxy-connection"),
@@ -22,29 +22,56 @@ const HOP_BY_HOP: [HeaderName; 9] = [
     header::PROXY_AUTHORIZATION,
 ];
 
+/// The bit of `name` in a set of [`HOP_BY_HOP`] indices, if it is one of them. A `match` on the
+/// lowercase name, which compiles to a length switch and a compare: far fewer instructions, on
+/// every message, than comparing `HeaderName`s one by one.
+fn hop_by_hop_bit(name: &HeaderName) -> Option<u16> {
+    let index = match name.as_str() {
+        "connection" => 0,
+        "proxy-connection" => 1,
+        "keep-alive" => 2,
+        "te" => 3,
+        "trailer" => 4,
+        "transfer-encoding" => 5,
+        "upgrade" => 6,
+        "proxy-authenticate" => 7,
+        "proxy-authorization" => 8,
+        _ => return None,
+    };
+    Some(1 << index)
+}
+
 /// Removes hop-by-hop headers: the fixed list plus every header named in `Connection`
 /// (RFC 9110 §7.6.1: "a proxy or gateway MUST parse a received Connection header field before a
 /// message is forwarded and, for each connection-option in this field, remove any header ... with
 /// the same name as the connection-option, and then remove the Connection header field itself").
 pub fn strip_hop_by_hop_headers(headers: &mut HeaderMap) {
-    // One pass over the few names a request carries instead of a lookup per listed name.
-    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+    // One pass over the few names a message carries; then only the ones found are removed.
+    let present = headers
+        .keys()
+        .filter_map(hop_by_hop_bit)
+        .fold(0u16, |set, bit| set | bit);
+    if present == 0 {
         return;
     }
-    if headers.contains_key(header::CONNECTION) {
+    if present & 1 != 0 {
+        // Options that are listed names anyway (`keep-alive`) go with the list below.
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
             .iter()
             .filter_map(|value| value.to_str().ok())
             .flat_map(|value| value.split(','))
             .filter_map(|option| HeaderName::from_bytes(option.trim().as_bytes()).ok())
+            .filter(|name| hop_by_hop_bit(name).is_none())
             .collect();
         for name in named {
             headers.remove(name);
         }
     }
-    for name in &HOP_BY_HOP {
-        headers.remove(name);
+    for (index, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & (1 << index) != 0 {
+            headers.remove(name);
+        }
     }
 }
 
@@ -104,6 +131,18 @@ const FORWARDING: [HeaderName; 4] = [
     X_FORWARDED_PROTO,
 ];
 
+/// The bit of `name` in a set of [`FORWARDING`] indices, if it is one of them.
+fn forwarding_bit(name: &HeaderName) -> Option<u8> {
+    let index = match name.as_str() {
+        "forwarded" => 0,
+        "x-forwarded-for" => 1,
+        "x-forwarded-host" => 2,
+        "x-forwarded-proto" => 3,
+        _ => return None,
+    };
+    Some(1 << index)
+}
+
 /// Adds `Forwarded` (RFC 7239 §4) and `X-Forwarded-For/-Host/-Proto` for this hop. Unless
 /// `trust_client` is set, whatever the client sent in those headers is dropped first: a client
 /// must not be able to claim another address to the upstream.
@@ -112,10 +151,19 @@ pub fn append_forwarded_headers(
     hop: &ForwardedFor<'_>,
     trust_client: bool,
 ) {
-    if !trust_client && headers.keys().any(|name| FORWARDING.contains(name)) {
-        for name in &FORWARDING {
-            headers.remove(name);
+    // Which of the four the client sent, found in one pass; what is not there is inserted
+    // without a lookup first.
+    let mut present = headers
+        .keys()
+        .filter_map(forwarding_bit)
+        .fold(0u8, |set, bit| set | bit);
+    if !trust_client && present != 0 {
+        for (index, name) in FORWARDING.iter().enumerate() {
+            if present & (1 << index) != 0 {
+                headers.remove(name);
+            }
         }
+        present = 0;
     }
     let host = hop.host.and_then(|h| h.to_str().ok());
     let mut element =
@@ -129,15 +177,23 @@ pub fn append_forwarded_headers(
     element.push_str(";proto=");
     element.push_str(hop.proto);
     if let Ok(value) = HeaderValue::try_from(element) {
-        set_appended(headers, header::FORWARDED, value);
+        if present & 1 != 0 {
+            set_appended(headers, header::FORWARDED, value);
+        } else {
+            headers.insert(header::FORWARDED, value);
+        }
     }
-    set_appended(headers, X_FORWARDED_FOR, hop.client.ip.clone());
-    if !headers.contains_key(&X_FORWARDED_HOST) {
+    if present & 2 != 0 {
+        set_appended(headers, X_FORWARDED_FOR, hop.client.ip.clone());
+    } else {
+        headers.insert(X_FORWARDED_FOR, hop.client.ip.clone());
+    }
+    if present & 4 == 0 {
         if let Some(value) = hop.host {
             headers.insert(X_FORWARDED_HOST, value.clone());
         }
     }
-    if !headers.contains_key(&X_FORWARDED_PROTO) {
+    if present & 8 == 0 {
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(hop.proto));
     }
 }
@@ -158,13 +214,8 @@ fn push_quoted_string(out: &mut String, text: &str) {
     out.push('"');
 }
 
-/// Sets `name` to `addition`, or, when the header is already there, joins its field lines and
-/// `addition` into one comma-separated line.
+/// Joins the field lines of `name`, which is there, and `addition` into one comma-separated line.
 fn set_appended(headers: &mut HeaderMap, name: HeaderName, addition: HeaderValue) {
-    if !headers.contains_key(&name) {
-        headers.insert(name, addition);
-        return;
-    }
     let mut joined: Vec<&[u8]> = headers
         .get_all(&name)
         .iter()
@@ -207,6 +258,38 @@ mod tests {
         strip_hop_by_hop_headers(&mut headers);
         let left: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
         assert_eq!(left, ["x-fence", "content-length"]);
+    }
+
+    #[test]
+    fn the_name_matches_agree_with_the_lists() {
+        for (index, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop_bit(name), Some(1 << index), "{name}");
+        }
+        for (index, name) in FORWARDING.iter().enumerate() {
+            assert_eq!(forwarding_bit(name), Some(1 << index), "{name}");
+        }
+        for other in [header::HOST, header::CONTENT_LENGTH, header::VIA] {
+            assert_eq!(
+                (hop_by_hop_bit(&other), forwarding_bit(&other)),
+                (None, None)
+            );
+        }
+    }
+
+    #[test]
+    fn only_connection_is_removed_with_what_it_names() {
+        let mut headers = map(&[
+            ("connection", "Keep-Alive, close, X-Hop, TE"),
+            ("x-hop", "1"),
+            ("x-keep", "2"),
+        ]);
+        strip_hop_by_hop_headers(&mut headers);
+        let left: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-keep"]);
+        // Nothing hop-by-hop at all: left as it is.
+        let mut plain = map(&[("host", "a"), ("x-fence", "3")]);
+        strip_hop_by_hop_headers(&mut plain);
+        assert_eq!(plain.len(), 2);
     }
 
     #[test]

@@ -98,6 +98,18 @@ impl Setup {
         .await
     }
 
+    /// The state and fence of payout `id`'s intent record, which must exist.
+    async fn intent_of(&self, id: u32) -> (IntentState, u64) {
+        let intent = self
+            .gw
+            .intents()
+            .get(&format!("payouts/payout:{id}"))
+            .await
+            .unwrap()
+            .expect("an intent record");
+        (intent.state, intent.fence)
+    }
+
     async fn submitting(&self) -> Vec<String> {
         let far_future = fencegate::idempotency::now_ms() + 3_600_000;
         let records = self
@@ -207,13 +219,7 @@ async fn a_new_holder_resubmits_after_the_old_one_vanished(backend: Backend) {
         "the provider recognised the key: one charge"
     );
     assert_eq!(s.provider.calls(), 2);
-    let intent =
-        s.gw.intents()
-            .get("payouts/payout:1")
-            .await
-            .unwrap()
-            .unwrap();
-    assert_eq!((intent.state, intent.fence), (IntentState::Completed, 6));
+    assert_eq!(s.intent_of(1).await, (IntentState::Completed, 6));
     // The superseded holder comes back: refused by the fence before any replay.
     let zombie = s.pay(1, 5, 100).await;
     assert_eq!(zombie.status, 409);
@@ -232,13 +238,7 @@ async fn a_stale_token_is_refused_before_the_intent_without_a_cache(backend: Bac
     assert_eq!(zombie.status, 409);
     assert_eq!(zombie.problem_slug(), "stale-fence");
     assert_eq!(s.provider.calls(), 1);
-    let intent =
-        s.gw.intents()
-            .get("payouts/payout:1")
-            .await
-            .unwrap()
-            .unwrap();
-    assert_eq!((intent.state, intent.fence), (IntentState::Completed, 6));
+    assert_eq!(s.intent_of(1).await, (IntentState::Completed, 6));
     // The holder's own retry is still replayed.
     let again = s.pay(1, 6, 100).await;
     assert_eq!(again.status, 201);

@@ -104,11 +104,7 @@ where
     let deferred = request.extensions().get::<DeferredAdvance>().cloned();
     let sent_key = key_for(&request, route, routed, settings)?;
     let record_key = format!("{}/{sent_key}", route.name);
-    let fence = match (&deferred, request.extensions().get::<Admitted>()) {
-        (Some(deferred), _) => deferred.token,
-        (None, Some(admitted)) => admitted.token,
-        (None, None) => 0,
-    };
+    let fence = fenced(request.extensions()).map_or(0, |(_, token)| token);
     let (mut parts, body) = request.into_parts();
     let body = read_request(body, settings.max_request_body)
         .await
@@ -265,16 +261,9 @@ fn key_for(
         }
         _ => {}
     }
-    let extensions = request.extensions();
-    let resource_key = match extensions.get::<DeferredAdvance>() {
-        Some(deferred) => deferred.key.clone(),
-        None => extensions
-            .get::<Admitted>()
-            .map(|a| a.key.clone())
-            .unwrap_or_default(),
-    };
+    let resource_key = fenced(request.extensions()).map_or("", |(key, _)| key);
     let captures = routed.captures.with(&[
-        ("resource_key", resource_key.as_str()),
+        ("resource_key", resource_key),
         ("method", request.method().as_str()),
         ("route", route.name.as_str()),
     ]);
@@ -291,6 +280,17 @@ fn key_for(
             error,
         })?;
     Ok(idempotency_key(&rendered, settings.hmac_secret.as_deref()))
+}
+
+/// The resource key and token of a request the fence admitted, or passed on with its advance
+/// deferred to this layer.
+fn fenced(extensions: &http::Extensions) -> Option<(&str, u64)> {
+    match extensions.get::<DeferredAdvance>() {
+        Some(deferred) => Some((&deferred.key, deferred.token)),
+        None => extensions
+            .get::<Admitted>()
+            .map(|admitted| (admitted.key.as_str(), admitted.token)),
+    }
 }
 
 /// Bounds a store call by the route's store timeout (fail closed).

@@ -177,17 +177,14 @@ pub fn append_forwarded_headers(
     element.push_str(";proto=");
     element.push_str(hop.proto);
     if let Ok(value) = HeaderValue::try_from(element) {
-        if present & 1 != 0 {
-            set_appended(headers, header::FORWARDED, value);
-        } else {
-            headers.insert(header::FORWARDED, value);
-        }
+        set_appended(headers, header::FORWARDED, value, present & 1 != 0);
     }
-    if present & 2 != 0 {
-        set_appended(headers, X_FORWARDED_FOR, hop.client.ip.clone());
-    } else {
-        headers.insert(X_FORWARDED_FOR, hop.client.ip.clone());
-    }
+    set_appended(
+        headers,
+        X_FORWARDED_FOR,
+        hop.client.ip.clone(),
+        present & 2 != 0,
+    );
     if present & 4 == 0 {
         if let Some(value) = hop.host {
             headers.insert(X_FORWARDED_HOST, value.clone());
@@ -214,8 +211,13 @@ fn push_quoted_string(out: &mut String, text: &str) {
     out.push('"');
 }
 
-/// Joins the field lines of `name`, which is there, and `addition` into one comma-separated line.
-fn set_appended(headers: &mut HeaderMap, name: HeaderName, addition: HeaderValue) {
+/// Sets `name` to `addition`, or, when the header is there (`present`, known to the caller),
+/// joins its field lines and `addition` into one comma-separated line.
+fn set_appended(headers: &mut HeaderMap, name: HeaderName, addition: HeaderValue, present: bool) {
+    if !present {
+        headers.insert(name, addition);
+        return;
+    }
     let mut joined: Vec<&[u8]> = headers
         .get_all(&name)
         .iter()

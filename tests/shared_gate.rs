@@ -4,7 +4,8 @@
 //! keys entered together (batched on the lock-holder sessions) are all held and all released; an
 //! entry abandoned before its batch answered leaves no lock behind on the holder session; releases
 //! and entries queued together both take effect; a batched entry comes with the key's mark, read
-//! after the lock was taken.
+//! after the lock was taken; an entry with a token advances the key's mark in the statement that
+//! takes its lock, and only when it takes it.
 //! PostgreSQL must be running on 127.0.0.1:5432: these tests fail, never skip, when it is not.
 
 mod support;
@@ -255,6 +256,107 @@ async fn a_batched_entry_comes_with_the_mark_read_after_the_lock() {
         .expect("entry");
     assert_eq!(fresh.mark_under_lock(), Some(None));
     drop(fresh);
+    store.close().await.expect("close");
+    gate.close().await;
+    drop_schema(&namespace).await;
+}
+
+/// Takes `key` with an advance to `token` on `gate`, retrying briefly while a released lock of
+/// the key is still being unlocked in the background.
+async fn enter_and_advance_soon(gate: &PostgresGate, key: &str, token: u64) -> SharedPass {
+    for _ in 0..50 {
+        match gate.try_enter_and_advance(key, token).await {
+            Ok(Some(pass)) => return pass,
+            Ok(None) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(e) => panic!("entering the gate failed: {e}"),
+        }
+    }
+    panic!("the gate of {key} never opened");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_with_a_token_advances_the_mark_under_the_lock_and_only_there() {
+    let namespace = unique_schema();
+    let (one, two) = (gate(&namespace, 2).await, gate(&namespace, 2).await);
+    let store = PostgresStore::open(&config(&namespace, 2))
+        .await
+        .expect("store on the same schema");
+    let base = u64::MAX - 100;
+    assert!(matches!(
+        store.advance("invoice:8", base, Compare::Strict).await,
+        Ok(Advance::Accepted { .. })
+    ));
+    // Taken: the advance replaced the stored mark, durably, in the statement that took the lock.
+    let pass = enter_and_advance_soon(&one, "invoice:8", base + 5).await;
+    assert_eq!(pass.replaced_mark(), Some(Some(base)));
+    assert_eq!(store.current("invoice:8").await.ok(), Some(Some(base + 5)));
+    // Held by the other replica: not taken, and nothing is advanced.
+    assert!(matches!(
+        two.try_enter_and_advance("invoice:8", base + 10).await,
+        Ok(None)
+    ));
+    assert_eq!(store.current("invoice:8").await.ok(), Some(Some(base + 5)));
+    // Waited for on a dedicated connection instead: no advance either (the caller makes it).
+    let waiting = two.wait_for("invoice:8", Duration::from_secs(5));
+    drop(pass);
+    let waited = waiting.await.expect("the lock, once released");
+    assert_eq!(waited.replaced_mark(), None);
+    assert_eq!(store.current("invoice:8").await.ok(), Some(Some(base + 5)));
+    drop(waited);
+    // A lower token never lowers the mark; the answer says what it met.
+    let lower = enter_and_advance_soon(&one, "invoice:8", base + 1).await;
+    assert_eq!(lower.replaced_mark(), Some(Some(base + 5)));
+    assert_eq!(store.current("invoice:8").await.ok(), Some(Some(base + 5)));
+    drop(lower);
+    // A key with no mark gets the token as its mark.
+    let fresh = enter_and_advance_soon(&two, "invoice:fresh", 3).await;
+    assert_eq!(fresh.replaced_mark(), Some(None));
+    assert_eq!(store.current("invoice:fresh").await.ok(), Some(Some(3)));
+    // A lock-only entry (on the same replica: its lock session takes the key at once) is no
+    // advance.
+    drop(fresh);
+    let plain = enter_soon(&two, "invoice:fresh").await;
+    assert_eq!(plain.replaced_mark(), None);
+    assert_eq!(plain.mark_under_lock(), Some(Some(3)));
+    drop(plain);
+    store.close().await.expect("close");
+    one.close().await;
+    two.close().await;
+    drop_schema(&namespace).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_entries_with_tokens_in_one_batch_each_advance_their_own_key() {
+    let namespace = unique_schema();
+    let gate = Arc::new(gate(&namespace, 2).await);
+    let store = PostgresStore::open(&config(&namespace, 2))
+        .await
+        .expect("store on the same schema");
+    let entries: Vec<_> = (0..200u64)
+        .map(|i| {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move {
+                let pass = gate
+                    .try_enter_and_advance(&format!("batch:{i}"), 1000 + i)
+                    .await
+                    .unwrap_or_else(|e| panic!("batch:{i}: {e}"))
+                    .unwrap_or_else(|| panic!("batch:{i} was not taken"));
+                assert_eq!(pass.replaced_mark(), Some(None), "batch:{i}");
+                pass
+            })
+        })
+        .collect();
+    let mut held = Vec::new();
+    for entry in entries {
+        held.push(entry.await.expect("entry task"));
+    }
+    for i in 0..200u64 {
+        assert_eq!(
+            store.current(&format!("batch:{i}")).await.ok(),
+            Some(Some(1000 + i))
+        );
+    }
+    drop(held);
     store.close().await.expect("close");
     gate.close().await;
     drop_schema(&namespace).await;

@@ -13,7 +13,7 @@ use tower::{Layer, Service};
 use super::limit::check_max_advance;
 use super::signature::SignatureError;
 use super::token::{read_fence_header, TokenError};
-use crate::config::{FenceMode, OnStoreError};
+use crate::config::{FenceMode, OnStoreError, Ordering};
 use crate::error::{GatewayError, Origin};
 use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
@@ -27,9 +27,11 @@ pub struct Admitted {
     pub token: u64,
 }
 
-/// A fenced request on an idempotent route that passed every check but the compare-and-advance,
-/// which the idempotency layer makes together with recording the intent (one store round where
-/// the backend allows it; see [`advance_and_begin`](super::advance_and_begin)). Only under
+/// A fenced request that passed every check but the compare-and-advance, which a later layer
+/// makes together with work of its own: on an idempotent route the idempotency layer, with
+/// recording the intent (one store round where the backend allows it; see
+/// [`advance_and_begin`](crate::idempotency)); on a serialized route with a cross-replica gate
+/// (PostgreSQL) the ordering gate, in the statement that takes the key's lock. Only under
 /// `mode = "enforce"` with `on_store_error = "fail_closed"`, where a refused advance always
 /// ends the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,11 +49,17 @@ enum Verdict {
 #[derive(Clone)]
 pub struct FenceLayer {
     store: Arc<dyn FenceStore>,
+    gate_advances: bool,
 }
 
 impl FenceLayer {
-    pub fn new(store: Arc<dyn FenceStore>) -> FenceLayer {
-        FenceLayer { store }
+    /// `gate_advances`: the ordering gate can advance a key's mark as it takes the key's
+    /// cross-replica lock, so serialized routes leave the advance to it.
+    pub fn new(store: Arc<dyn FenceStore>, gate_advances: bool) -> FenceLayer {
+        FenceLayer {
+            store,
+            gate_advances,
+        }
     }
 }
 
@@ -61,6 +69,7 @@ impl<S> Layer<S> for FenceLayer {
     fn layer(&self, inner: S) -> Fence<S> {
         Fence {
             store: Arc::clone(&self.store),
+            gate_advances: self.gate_advances,
             inner,
         }
     }
@@ -69,6 +78,7 @@ impl<S> Layer<S> for FenceLayer {
 #[derive(Clone)]
 pub struct Fence<S> {
     store: Arc<dyn FenceStore>,
+    gate_advances: bool,
     inner: S,
 }
 
@@ -99,10 +109,13 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let store = Arc::clone(&self.store);
+        let defers = defers_advance(&routed.route, self.gate_advances);
         Box::pin(async move {
             let route = routed.route;
             let verdict = match read_key_and_token(&route, &routed.captures, &request) {
-                Ok((key, token)) => admit(&route, key, token, &request, store.as_ref()).await,
+                Ok((key, token)) => {
+                    admit(&route, key, token, &request, store.as_ref(), defers).await
+                }
                 Err(refusal) => Err(refusal),
             };
             match (verdict, route.fence.mode) {
@@ -164,14 +177,16 @@ fn read_key_and_token<B>(
 }
 
 /// The checks after the token is read, cheapest and store-free first: the signature, then
-/// `max_advance`, then the compare-and-advance (deferred to the idempotency layer on idempotent
-/// routes, after a look at the cache). A refused signature never reaches the store.
+/// `max_advance`, then the compare-and-advance (or, when `defers`, a look at the cache and the
+/// advance left to a later layer; see [`DeferredAdvance`]). A refused signature never reaches
+/// the store.
 async fn admit<B>(
     route: &CompiledRoute,
     key: String,
     token: u64,
     request: &Request<B>,
     store: &dyn FenceStore,
+    defers: bool,
 ) -> Result<Verdict, GatewayError> {
     let counters = &route.counters;
     if let Some(signature) = &route.fence.signature {
@@ -209,7 +224,7 @@ async fn admit<B>(
             return Err(refusal);
         }
     }
-    if defers_advance(route) {
+    if defers {
         // A token the cache already refuses is answered now, before the body is read.
         if let Some(mark) = store.known_mark(&key) {
             if let Advance::Stale { current } = decide(Some(mark), token, route.fence.compare) {
@@ -226,9 +241,13 @@ async fn admit<B>(
     judge_advance(route, key, token, advanced).map(|key| Verdict::Admitted(Admitted { key, token }))
 }
 
-/// Whether the route's idempotency layer makes the compare-and-advance (see [`DeferredAdvance`]).
-fn defers_advance(route: &CompiledRoute) -> bool {
-    route.idempotency.is_some()
+/// Whether a later layer makes the route's compare-and-advance (see [`DeferredAdvance`]): the
+/// idempotency layer on an idempotent route, else the ordering gate on a serialized one when
+/// `gate_advances`.
+fn defers_advance(route: &CompiledRoute, gate_advances: bool) -> bool {
+    let later = route.idempotency.is_some()
+        || (gate_advances && route.fence.ordering == Ordering::Serialize);
+    later
         && route.fence.mode == FenceMode::Enforce
         && route.fence.on_store_error == OnStoreError::FailClosed
 }

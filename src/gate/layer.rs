@@ -1,6 +1,8 @@
 //! `GateLayer` → `Gate<S>`: serializes admitted writes per key (route `ordering = "serialize"`).
 //! A request waits for its key's turn (bounded by `gate_timeout`), then re-checks its token: if a
-//! newer one was admitted while it waited, it is refused with 409 and never forwarded.
+//! newer one was admitted while it waited, it is refused with 409 and never forwarded. On
+//! PostgreSQL it also makes the advance the fence left to it, in the statement that takes the
+//! key's lock, for a key open in this process.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -10,14 +12,14 @@ use http::{Request, Response};
 use http_body_util::BodyExt as _;
 use tower::{Layer, Service};
 
-use super::{GatedBody, Gates, LocalPass, SharedPass};
+use super::{Busy, GatedBody, Gates, LocalPass, PostgresGate, SharedGateError, SharedPass};
 use crate::config::Ordering;
 use crate::error::GatewayError;
-use crate::fence::Admitted;
+use crate::fence::{judge_advance, Admitted, DeferredAdvance};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RouteMatch};
-use crate::store::FenceStore;
+use crate::store::{AdvanceMade, FenceStore};
 
 #[derive(Clone)]
 pub struct GateLayer {
@@ -76,16 +78,25 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
-        let route = request.extensions().get::<RouteMatch>().map(|m| &m.route);
-        let admitted = request.extensions().get::<Admitted>();
-        let (route, admitted) = match (route, admitted) {
-            (Some(route), Some(admitted)) if route.fence.ordering != Ordering::None => {
-                (Arc::clone(route), admitted.clone())
+    fn call(&mut self, mut request: Request<RequestBody>) -> Self::Future {
+        let extensions = request.extensions();
+        let route = extensions.get::<RouteMatch>().map(|m| &m.route);
+        let admission = match (
+            route,
+            extensions.get::<Admitted>(),
+            extensions.get::<DeferredAdvance>(),
+        ) {
+            (Some(route), Some(admitted), _) if route.fence.ordering != Ordering::None => {
+                (Arc::clone(route), Admission::Made(admitted.clone()))
+            }
+            // The fence left the advance to this gate (a serialized route on PostgreSQL).
+            (Some(route), None, Some(deferred)) => {
+                (Arc::clone(route), Admission::Deferred(deferred.clone()))
             }
             // Nothing admitted to serialize: the inner service's own future, not another box.
             _ => return self.inner.call(request),
         };
+        let (route, admission) = admission;
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let gates = self.gates.clone();
@@ -93,17 +104,29 @@ where
         let metrics = Arc::clone(&self.metrics);
         Box::pin(async move {
             let waiting = std::time::Instant::now();
-            let passes = enter(&gates, &route, &admitted).await;
+            let entered = match admission {
+                Admission::Made(admitted) => enter(&gates, &route, admitted, LocalTurn::Ask).await,
+                Admission::Deferred(deferred) => {
+                    admit_and_enter(&gates, &route, deferred, store.as_ref()).await
+                }
+            };
             metrics
                 .gate_wait
                 .with_label_values(&[&route.name])
                 .observe(waiting.elapsed().as_secs_f64());
-            let passes = passes?;
-            let cached = || store.known_mark(&admitted.key);
-            match recheck_source(passes._shared.as_ref(), passes._local.waited(), cached) {
-                Recheck::Known(current) => superseded(current, &route, &admitted)?,
-                Recheck::AskStore => recheck(store.as_ref(), &route, &admitted).await?,
+            let Entered {
+                passes,
+                admitted,
+                checked,
+            } = entered?;
+            if !checked {
+                let cached = || store.known_mark(&admitted.key);
+                match recheck_source(passes._shared.as_ref(), passes._local.waited(), cached) {
+                    Recheck::Known(current) => superseded(current, &route, &admitted)?,
+                    Recheck::AskStore => recheck(store.as_ref(), &route, &admitted).await?,
+                }
             }
+            request.extensions_mut().insert(admitted);
             // On an upstream error or timeout the passes drop here, after the upstream call
             // (and with it its connection) has been dropped.
             let response = inner.call(request).await?;
@@ -112,12 +135,136 @@ where
     }
 }
 
+/// How a request reaches the gate.
+enum Admission {
+    /// The fence admitted it: its mark was advanced before it came here.
+    Made(Admitted),
+    /// The fence left the advance to the gate ([`DeferredAdvance`]).
+    Deferred(DeferredAdvance),
+}
+
+/// A request that holds its key's gate.
+struct Entered {
+    passes: Passes,
+    admitted: Admitted,
+    /// Whether its token was compared with the key's mark after it entered (its advance was made
+    /// under the key's lock), so no re-check is due.
+    checked: bool,
+}
+
+/// The request's turn in this process, as far as it has got.
+enum LocalTurn {
+    /// Not asked for yet.
+    Ask,
+    /// The key was busy: to be queued for.
+    Busy(Busy),
+    /// Taken.
+    Taken(LocalPass),
+}
+
+/// The admission the fence left to the gate. A key open in this process is locked and advanced
+/// in one lock-holder statement, so its token is compared with the mark under the key's lock. A
+/// key busy here is advanced at once, as the fence would have, then waits for its turn and is
+/// re-checked like any admitted request: a newer token arriving while it waits still supersedes
+/// it.
+async fn admit_and_enter(
+    gates: &Gates,
+    route: &CompiledRoute,
+    deferred: DeferredAdvance,
+    store: &dyn FenceStore,
+) -> Result<Entered, GatewayError> {
+    let DeferredAdvance { key, token } = deferred;
+    let local = match (&gates.shared, gates.local.try_enter(&key)) {
+        (Some(shared), Ok(local)) => {
+            return lock_and_advance(shared, local, route, key, token, store).await
+        }
+        (None, Ok(local)) => LocalTurn::Taken(local),
+        (_, Err(busy)) => LocalTurn::Busy(busy),
+    };
+    let advanced = tokio::time::timeout(
+        route.fence.store_timeout,
+        store.advance(&key, token, route.fence.compare),
+    )
+    .await;
+    let key = judge_advance(route, key, token, advanced)?;
+    enter(gates, route, Admitted { key, token }, local).await
+}
+
+/// Takes the key's cross-replica lock and advances its mark in one lock-holder statement (bounded
+/// by `store_timeout`, like any advance). A key another replica holds is waited for (bounded by
+/// `gate_timeout`) and then advanced under its lock.
+async fn lock_and_advance(
+    shared: &PostgresGate,
+    local: LocalPass,
+    route: &CompiledRoute,
+    key: String,
+    token: u64,
+    store: &dyn FenceStore,
+) -> Result<Entered, GatewayError> {
+    let started = Instant::now();
+    let compare = route.fence.compare;
+    let floor = store.known_mark(&key);
+    let made = |took| AdvanceMade {
+        op: "gate_advance",
+        key: &key,
+        token,
+        compare,
+        floor,
+        took,
+    };
+    let tried = tokio::time::timeout(
+        route.fence.store_timeout,
+        shared.try_enter_and_advance(&key, token),
+    )
+    .await;
+    let (pass, advanced) = match tried {
+        Ok(Ok(Some(pass))) => {
+            let replaced = pass.replaced_mark().ok_or(GatewayError::Internal(
+                "the gate's advance came back without the mark it replaced",
+            ))?;
+            let outcome = store.settle_advance(made(started.elapsed()), Ok(replaced));
+            (Some(pass), Ok(outcome))
+        }
+        Ok(Ok(None)) => {
+            let left = route.fence.gate_timeout.saturating_sub(started.elapsed());
+            let pass = match shared.wait_for(&key, left).await {
+                Ok(pass) => pass,
+                Err(error) => return Err(shared_gate_error(route, &key, error)),
+            };
+            let advanced = tokio::time::timeout(
+                route.fence.store_timeout,
+                store.advance(&key, token, compare),
+            )
+            .await;
+            (Some(pass), advanced)
+        }
+        Ok(Err(source)) => (
+            None,
+            Ok(store.settle_advance(made(started.elapsed()), Err(source))),
+        ),
+        Err(elapsed) => (None, Err(elapsed)),
+    };
+    let key = judge_advance(route, key, token, advanced)?;
+    let pass = pass.ok_or(GatewayError::Internal(
+        "a gate advance was accepted without its lock",
+    ))?;
+    Ok(Entered {
+        passes: Passes {
+            _shared: Some(pass),
+            _local: local,
+        },
+        admitted: Admitted { key, token },
+        checked: true,
+    })
+}
+
 /// Waits for the key's turn in this process, then across replicas, within `gate_timeout`.
 async fn enter(
     gates: &Gates,
     route: &CompiledRoute,
-    admitted: &Admitted,
-) -> Result<Passes, GatewayError> {
+    admitted: Admitted,
+    local: LocalTurn,
+) -> Result<Entered, GatewayError> {
     let started = Instant::now();
     let wait = route.fence.gate_timeout;
     let timeout = || GatewayError::GateTimeout {
@@ -125,30 +272,49 @@ async fn enter(
         key: admitted.key.clone(),
         after: wait,
     };
-    let local = tokio::time::timeout(wait, gates.local.enter(&admitted.key))
-        .await
-        .map_err(|_| timeout())?;
+    let local = match local {
+        LocalTurn::Taken(pass) => pass,
+        LocalTurn::Busy(busy) => tokio::time::timeout(wait, busy.wait())
+            .await
+            .map_err(|_| timeout())?,
+        LocalTurn::Ask => tokio::time::timeout(wait, gates.local.enter(&admitted.key))
+            .await
+            .map_err(|_| timeout())?,
+    };
     let shared = match &gates.shared {
         None => None,
         Some(shared) => {
             let left = wait.saturating_sub(started.elapsed());
             match shared.enter(&admitted.key, left).await {
                 Ok(pass) => Some(pass),
-                Err(super::postgres::SharedGateError::Timeout(_)) => return Err(timeout()),
-                Err(super::postgres::SharedGateError::Store(source)) => {
-                    return Err(GatewayError::StoreFailed {
-                        route: route.name.clone(),
-                        key: admitted.key.clone(),
-                        source,
-                    })
-                }
+                Err(error) => return Err(shared_gate_error(route, &admitted.key, error)),
             }
         }
     };
-    Ok(Passes {
-        _shared: shared,
-        _local: local,
+    Ok(Entered {
+        passes: Passes {
+            _shared: shared,
+            _local: local,
+        },
+        admitted,
+        checked: false,
     })
+}
+
+/// The answer to a request the cross-replica gate did not let in.
+fn shared_gate_error(route: &CompiledRoute, key: &str, error: SharedGateError) -> GatewayError {
+    match error {
+        SharedGateError::Timeout(_) => GatewayError::GateTimeout {
+            route: route.name.clone(),
+            key: key.to_owned(),
+            after: route.fence.gate_timeout,
+        },
+        SharedGateError::Store(source) => GatewayError::StoreFailed {
+            route: route.name.clone(),
+            key: key.to_owned(),
+            source,
+        },
+    }
 }
 
 /// Where the re-check's mark comes from.

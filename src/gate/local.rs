@@ -26,6 +26,23 @@ impl LocalPass {
     }
 }
 
+/// A busy key's turn, not yet queued for.
+pub struct Busy {
+    lock: Arc<Mutex<()>>,
+    entry: Entry,
+}
+
+impl Busy {
+    /// Queues for the key's turn. Dropping the future while waiting leaves the queue cleanly.
+    pub async fn wait(self) -> LocalPass {
+        LocalPass {
+            _guard: self.lock.lock_owned().await,
+            _entry: self.entry,
+            waited: true,
+        }
+    }
+}
+
 /// A reference to a key's lock that removes the key from the map when it was the last one.
 struct Entry {
     gate: Arc<LocalGate>,
@@ -36,6 +53,15 @@ struct Entry {
 impl LocalGate {
     /// Waits for the key's turn. Dropping the future while waiting leaves the queue cleanly.
     pub async fn enter(self: &Arc<Self>, key: &str) -> LocalPass {
+        match self.try_enter(key) {
+            Ok(pass) => pass,
+            Err(busy) => busy.wait().await,
+        }
+    }
+
+    /// Takes the key's turn if the key is open (nobody holds it or waits for it), without
+    /// waiting; `Err` when it is busy, to be waited for with [`Busy::wait`].
+    pub fn try_enter(self: &Arc<Self>, key: &str) -> Result<LocalPass, Busy> {
         let lock = self
             .keys
             .entry(key.into())
@@ -46,15 +72,15 @@ impl LocalGate {
             key: key.into(),
             lock: Some(Arc::clone(&lock)),
         };
-        // An open key is taken at once, as `lock_owned` would; a held one is queued for as usual.
-        let (guard, waited) = match Arc::clone(&lock).try_lock_owned() {
-            Ok(guard) => (guard, false),
-            Err(_) => (lock.lock_owned().await, true),
-        };
-        LocalPass {
-            _guard: guard,
-            _entry: entry,
-            waited,
+        // An open key is taken at once, as `lock_owned` would; a held one is queued for by the
+        // caller.
+        match Arc::clone(&lock).try_lock_owned() {
+            Ok(guard) => Ok(LocalPass {
+                _guard: guard,
+                _entry: entry,
+                waited: false,
+            }),
+            Err(_) => Err(Busy { lock, entry }),
         }
     }
 
@@ -116,6 +142,24 @@ mod tests {
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
         assert!(gate.is_empty(), "idle keys are dropped");
+    }
+
+    #[tokio::test]
+    async fn try_enter_takes_an_open_key_and_hands_back_a_busy_one_to_queue_for() {
+        let gate = Arc::new(LocalGate::default());
+        let first = gate.try_enter("k").ok().expect("an open key is taken");
+        assert!(!first.waited());
+        let Err(busy) = gate.try_enter("k") else {
+            panic!("a held key is busy");
+        };
+        let queued = tokio::spawn(busy.wait());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!queued.is_finished(), "the turn waits for the holder");
+        drop(first);
+        let second = queued.await.expect("the queued turn");
+        assert!(second.waited());
+        drop(second);
+        assert!(gate.is_empty());
     }
 
     #[tokio::test]

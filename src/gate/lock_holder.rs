@@ -1,11 +1,12 @@
 //! Batched cross-replica key locks: one PostgreSQL session holds the advisory locks of many keys
 //! at once. Entries and releases queued while a statement runs go together in the next one
-//! (`pg_advisory_unlock` over an array, `fencegate_lock_and_read`), so an uncontended key costs a
-//! share of two statements instead of a connection and two round trips of its own. Each lock
-//! taken comes with its key's mark, read after the lock (the gate's re-check, without a round trip
-//! of its own). A key held by another session is not waited for here: the caller then waits on a
-//! dedicated connection.
+//! (`fencegate_gate_batch`, migration 0004), so an uncontended key costs a share of one statement
+//! instead of a connection and two round trips of its own. Each lock taken comes with its key's
+//! mark as found under the lock; an entry with a token also compare-and-advances the key's mark
+//! in that statement. A key held by another session is not waited for here: the caller then waits
+//! on a dedicated connection.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::ConnectOptions as _;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use crate::store::{decode_postgres_mark, StoreError};
+use crate::store::{decode_postgres_mark, encode_postgres_mark, StoreError};
 
 const BACKEND: &str = "postgres";
 /// Longest a connect or one batch's statement may take; past it the session is given up.
@@ -31,6 +32,8 @@ enum Command {
     Lock {
         lock: i64,
         key: String,
+        /// The token to advance the key's mark to once the lock is taken (stored encoding).
+        advance: Option<i64>,
         reply: Reply,
     },
     Unlock {
@@ -39,7 +42,8 @@ enum Command {
     },
 }
 
-/// A lock taken, and its key's mark as read right after (`None`: the key has no mark).
+/// A lock taken, and its key's mark as found under it, before the entry's own advance if it asked
+/// for one (`None`: the key had no mark).
 pub struct Taken {
     pub lock: HeldLock,
     pub mark: Option<u64>,
@@ -76,6 +80,7 @@ impl LockHolder {
         let (commands, receiver) = mpsc::unbounded_channel();
         let task = HolderTask {
             options,
+            postponed: Vec::new(),
             current: None,
             sessions: 0,
             commands: commands.clone(),
@@ -84,14 +89,27 @@ impl LockHolder {
         LockHolder { commands }
     }
 
-    /// Takes `lock` if no other session holds it and reads the mark of `key` after taking it:
-    /// `Some` lock and mark, or `None` if the lock is held elsewhere. Dropping the wait is safe: a
-    /// lock taken for a caller that went away is released.
-    pub async fn try_lock(&self, lock: i64, key: &str) -> Result<Option<Taken>, StoreError> {
+    /// Takes `lock` if no other session holds it and reads the mark of `key` after taking it,
+    /// then, with `advance`, raises that mark to the token (durable when this returns): `Some`
+    /// lock and mark found, or `None` if the lock is held elsewhere (and nothing was advanced).
+    /// Dropping the wait is safe: a lock taken for a caller that went away is released (its
+    /// advance, if made, stands, as one whose forward failed would).
+    pub async fn try_lock(
+        &self,
+        lock: i64,
+        key: &str,
+        advance: Option<u64>,
+    ) -> Result<Option<Taken>, StoreError> {
         let (reply, answer) = oneshot::channel();
         let key = key.to_owned();
+        let advance = advance.map(encode_postgres_mark);
         self.commands
-            .send(Command::Lock { lock, key, reply })
+            .send(Command::Lock {
+                lock,
+                key,
+                advance,
+                reply,
+            })
             .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
     }
@@ -99,6 +117,9 @@ impl LockHolder {
 
 struct HolderTask {
     options: PgConnectOptions,
+    /// Entries of a key already in the batch being built, kept for the next one: a statement
+    /// advances each key at most once.
+    postponed: Vec<Command>,
     current: Option<Arc<Session>>,
     /// Sessions connected so far: the next one's id.
     sessions: u64,
@@ -109,7 +130,21 @@ struct HolderTask {
 impl HolderTask {
     async fn run(mut self, mut receiver: mpsc::UnboundedReceiver<Command>) {
         let mut batch = Vec::new();
-        while receiver.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        loop {
+            if self.postponed.is_empty() {
+                if receiver.recv_many(&mut batch, MAX_BATCH).await == 0 {
+                    return;
+                }
+            } else {
+                // Postponed entries first, with whatever else is queued now; no waiting.
+                batch.append(&mut self.postponed);
+                while batch.len() < MAX_BATCH {
+                    match receiver.try_recv() {
+                        Ok(command) => batch.push(command),
+                        Err(_) => break,
+                    }
+                }
+            }
             self.process(std::mem::take(&mut batch)).await;
         }
     }
@@ -117,13 +152,26 @@ impl HolderTask {
     async fn process(&mut self, batch: Vec<Command>) {
         let mut locks = Vec::new();
         let mut keys = Vec::new();
+        let mut advances = Vec::new();
         let mut replies = Vec::new();
+        let mut entered = HashSet::new();
         let mut unlocks = Vec::new();
         for command in batch {
             match command {
-                Command::Lock { lock, key, reply } => {
+                // Another entry of the key (one whose caller gave up, and the next request's):
+                // the next batch takes it.
+                Command::Lock { lock, .. } if !entered.insert(lock) => {
+                    self.postponed.push(command);
+                }
+                Command::Lock {
+                    lock,
+                    key,
+                    advance,
+                    reply,
+                } => {
                     locks.push(lock);
                     keys.push(key);
+                    advances.push(advance);
                     replies.push(reply);
                 }
                 // A session given up releases its locks when it closes.
@@ -143,7 +191,7 @@ impl HolderTask {
         };
         let ran = tokio::time::timeout(
             STATEMENT_TIMEOUT,
-            run_statements(&session, &unlocks, &locks, &keys),
+            run_batch(&session, &unlocks, &locks, &keys, &advances),
         )
         .await;
         let taken = match ran {
@@ -212,29 +260,24 @@ fn fail(replies: Vec<Reply>, source: &Failure) {
     }
 }
 
-/// Releases `unlocks`, then tries `locks`; returns, per lock in order, whether it was taken and,
-/// if it was, the stored mark of its key in `keys` read after taking it (migration 0003). A
-/// session's advisory locks count re-entries, so a key released and taken again by the same
-/// session in one batch ends up held once, in either order.
-async fn run_statements(
+/// Releases `unlocks`, then tries `locks`, in one statement (migration 0004); returns, per lock
+/// in order, whether it was taken and, if it was, the stored mark of its key in `keys` as found
+/// under the lock, before the entry's advance to its token in `advances`, if any. A session's
+/// advisory locks count re-entries, so a key released and taken again by the same session in one
+/// batch ends up held once.
+async fn run_batch(
     session: &Session,
     unlocks: &[i64],
     locks: &[i64],
     keys: &[String],
+    advances: &[Option<i64>],
 ) -> Result<Vec<(bool, Option<i64>)>, sqlx::Error> {
     let mut connection = session.connection.lock().await;
-    if !unlocks.is_empty() {
-        sqlx::query("SELECT pg_advisory_unlock(id) FROM unnest($1::bigint[]) AS u(id)")
-            .bind(unlocks)
-            .execute(&mut *connection)
-            .await?;
-    }
-    if locks.is_empty() {
-        return Ok(Vec::new());
-    }
-    sqlx::query_as("SELECT taken, mark FROM fencegate_lock_and_read($1, $2) ORDER BY n")
+    sqlx::query_as("SELECT taken, mark FROM fencegate_gate_batch($1, $2, $3, $4) ORDER BY n")
+        .bind(unlocks)
         .bind(locks)
         .bind(keys)
+        .bind(advances)
         .fetch_all(&mut *connection)
         .await
 }

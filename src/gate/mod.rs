@@ -11,7 +11,7 @@ mod postgres;
 
 pub use body::GatedBody;
 pub use layer::{Gate, GateLayer};
-pub use local::{LocalGate, LocalPass};
+pub use local::{Busy, LocalGate, LocalPass};
 pub use postgres::{DedicatedLock, PostgresGate, SharedGateError, SharedPass};
 
 use std::sync::Arc;

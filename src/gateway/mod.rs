@@ -58,7 +58,8 @@ impl Gateway {
             // First: find the route, so every later layer knows the route's settings.
             .layer(RoutingLayer::new(Arc::clone(&routes), Arc::clone(&metrics)))
             // Before anything can reach the upstream: refuse stale generations (I1, I2).
-            .layer(FenceLayer::new(Arc::clone(&store)))
+            // (On serialized routes with a cross-replica gate, the gate makes the advance.)
+            .layer(FenceLayer::new(Arc::clone(&store), gates.shared.is_some()))
             // After the fence (a superseded holder is refused before any replay) and before the
             // gate (a duplicate in flight is answered 409 at once instead of queueing).
             .layer(IdempotencyLayer::new(intents))

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{
-    Advance, AdvancedAndBegun, BeginRequest, FenceStore, MarkCache, StoreError, StoreFuture,
-    StoreIdentity, StoreTrust,
+    Advance, AdvanceMade, AdvancedAndBegun, BeginRequest, FenceStore, MarkCache, StoreError,
+    StoreFuture, StoreIdentity, StoreTrust,
 };
 use crate::config::Compare;
 use crate::metrics::Metrics;
@@ -124,6 +124,24 @@ impl FenceStore for CheckedStore {
             self.settle(&key, token, floor, answer.advance)?;
             Ok(answer)
         }))
+    }
+
+    fn settle_advance(
+        &self,
+        made: AdvanceMade<'_>,
+        replaced: Result<Option<u64>, StoreError>,
+    ) -> Result<Advance, StoreError> {
+        let backend = self.inner.backend();
+        self.metrics.observe_store(backend, made.op, made.took);
+        let outcome = self.inner.settle_advance(made, replaced).inspect_err(|_| {
+            self.metrics
+                .store_errors
+                .with_label_values(&[backend])
+                .inc();
+        })?;
+        self.trust.check()?;
+        self.settle(made.key, made.token, made.floor, outcome)?;
+        Ok(outcome)
     }
 
     fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>> {

@@ -28,6 +28,7 @@ pub use intents::{
     StoredOutcome,
 };
 pub(crate) use postgres::decode_mark as decode_postgres_mark;
+pub(crate) use postgres::encode_mark as encode_postgres_mark;
 pub use postgres::{migrate as migrate_postgres, PostgresStore};
 pub use redis::RedisStore;
 pub use trust::StoreTrust;
@@ -58,6 +59,17 @@ pub struct AdvancedAndBegun {
     /// The intent's answer, when the advance was accepted (`None` for a stale token: nothing
     /// was begun). A failed begin leaves the accepted advance in place, as two calls would.
     pub begun: Option<Result<Begun, StoreError>>,
+}
+
+/// An advance made outside the store, for [`FenceStore::settle_advance`].
+#[derive(Debug, Clone, Copy)]
+pub struct AdvanceMade<'a> {
+    pub op: &'static str,
+    pub key: &'a str,
+    pub token: u64,
+    pub compare: Compare,
+    pub floor: Option<u64>,
+    pub took: std::time::Duration,
 }
 
 /// What [`FenceStore::identity`] found.
@@ -93,6 +105,18 @@ pub trait FenceStore: Send + Sync + 'static {
         begin: BeginRequest,
     ) -> Result<StoreFuture<'_, AdvancedAndBegun>, Box<BeginRequest>> {
         Err(Box::new(begin))
+    }
+    /// The outcome of an advance of `key` to `token` that another component made on this store's
+    /// backend (the PostgreSQL ordering gate advances in the statement that takes the key's
+    /// lock), from `replaced`, the mark it replaced, or its failure. The store checks and records
+    /// it as it does its own advances: `floor` is [`known_mark`](FenceStore::known_mark) from
+    /// before the call, `took` how long the call took, `op` its name in the metrics.
+    fn settle_advance(
+        &self,
+        made: AdvanceMade<'_>,
+        replaced: Result<Option<u64>, StoreError>,
+    ) -> Result<Advance, StoreError> {
+        Ok(decide(replaced?, made.token, made.compare))
     }
     /// A lower bound of the key's mark known without a round trip (a cache), if any.
     fn known_mark(&self, _key: &str) -> Option<u64> {

@@ -292,7 +292,7 @@ fn answer_in_token_order(mut batch: Vec<AdvanceRequest>, previous: &BTreeMap<Str
 }
 
 /// u64 → bigint with the top bit flipped: order-preserving, so SQL compares marks correctly.
-pub(super) fn encode_mark(mark: u64) -> i64 {
+pub(crate) fn encode_mark(mark: u64) -> i64 {
     i64::from_ne_bytes((mark ^ (1 << 63)).to_ne_bytes())
 }
 

@@ -361,3 +361,51 @@ async fn many_entries_with_tokens_in_one_batch_each_advance_their_own_key() {
     gate.close().await;
     drop_schema(&namespace).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_and_entries_with_tokens_batched_together_both_take_effect() {
+    let namespace = unique_schema();
+    let (one, two) = (
+        Arc::new(gate(&namespace, 2).await),
+        Arc::new(gate(&namespace, 2).await),
+    );
+    let mut held = Vec::new();
+    for i in 0..100 {
+        held.push(enter_and_advance_soon(&one, &format!("old:{i}"), 1).await);
+    }
+    // Releasing the old keys while entering new ones with tokens puts both in the same
+    // statements (the plain one that releases, locks and advances).
+    let entries: Vec<_> = (0..100)
+        .map(|i| {
+            let one = Arc::clone(&one);
+            tokio::spawn(async move {
+                one.try_enter_and_advance(&format!("new:{i}"), 2)
+                    .await
+                    .unwrap_or_else(|e| panic!("new:{i}: {e}"))
+                    .unwrap_or_else(|| panic!("new:{i} was not taken"))
+            })
+        })
+        .collect();
+    drop(held);
+    let mut new = Vec::new();
+    for entry in entries {
+        new.push(entry.await.expect("entry task"));
+    }
+    for i in 0..100 {
+        let pass = enter_and_advance_soon(&two, &format!("old:{i}"), 3).await;
+        assert_eq!(pass.replaced_mark(), Some(Some(1)), "old:{i}");
+    }
+    for i in [0, 50, 99] {
+        assert!(
+            matches!(
+                two.try_enter_and_advance(&format!("new:{i}"), 4).await,
+                Ok(None)
+            ),
+            "new:{i} is held by the first replica"
+        );
+    }
+    drop(new);
+    one.close().await;
+    two.close().await;
+    drop_schema(&namespace).await;
+}

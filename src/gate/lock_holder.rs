@@ -1,10 +1,10 @@
 //! Batched cross-replica key locks: one PostgreSQL session holds the advisory locks of many keys
-//! at once. Entries and releases queued while a statement runs go together in the next one
-//! (`fencegate_gate_batch`, migration 0004), so an uncontended key costs a share of one statement
-//! instead of a connection and two round trips of its own. Each lock taken comes with its key's
-//! mark as found under the lock; an entry with a token also compare-and-advances the key's mark
-//! in that statement. A key held by another session is not waited for here: the caller then waits
-//! on a dedicated connection.
+//! at once. Entries and releases queued while a statement runs go together in the next one (a
+//! plain statement when every entry advances, else the function `fencegate_gate_batch`, migration
+//! 0004), so an uncontended key costs a share of one statement instead of a connection and two
+//! round trips of its own. Each lock taken comes with its key's mark as found under the lock; an
+//! entry with a token also compare-and-advances the key's mark in that statement. A key held by
+//! another session is not waited for here: the caller then waits on a dedicated connection.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -260,7 +260,7 @@ fn fail(replies: Vec<Reply>, source: &Failure) {
     }
 }
 
-/// Releases `unlocks`, then tries `locks`, in one statement (migration 0004); returns, per lock
+/// Releases `unlocks`, then tries `locks`, in one statement; returns, per lock
 /// in order, whether it was taken and, if it was, the stored mark of its key in `keys` as found
 /// under the lock, before the entry's advance to its token in `advances`, if any. A session's
 /// advisory locks count re-entries, so a key released and taken again by the same session in one
@@ -273,6 +273,16 @@ async fn run_batch(
     advances: &[Option<i64>],
 ) -> Result<Vec<(bool, Option<i64>)>, sqlx::Error> {
     let mut connection = session.connection.lock().await;
+    let tokens: Option<Vec<i64>> = advances.iter().copied().collect();
+    if let Some(tokens) = tokens.filter(|t| !t.is_empty()) {
+        return sqlx::query_as(RELEASE_LOCK_AND_ADVANCE_SQL)
+            .bind(unlocks)
+            .bind(locks)
+            .bind(keys)
+            .bind(tokens)
+            .fetch_all(&mut *connection)
+            .await;
+    }
     sqlx::query_as("SELECT taken, mark FROM fencegate_gate_batch($1, $2, $3, $4) ORDER BY n")
         .bind(unlocks)
         .bind(locks)
@@ -281,3 +291,25 @@ async fn run_batch(
         .fetch_all(&mut *connection)
         .await
 }
+
+/// A batch whose every entry advances, in one plain statement (no function call): release,
+/// then try each lock (its argument depends on the releases' count, so no lock is tried before
+/// every release ran), then compare-and-advance the keys whose locks were taken. The advance
+/// updates the newest version of each row whatever the statement's snapshot, so it needs none
+/// of the function's fresh snapshots, which only lock-only entries' reads do.
+const RELEASE_LOCK_AND_ADVANCE_SQL: &str = "
+WITH released AS (
+    SELECT count(pg_advisory_unlock(u.id)) AS n FROM unnest($1::bigint[]) AS u(id)
+), entry AS (
+    SELECT e.i, e.k, e.t, pg_try_advisory_lock(e.id + 0 * released.n) AS held
+    FROM released, unnest($2::bigint[], $3::text[], $4::bigint[]) WITH ORDINALITY AS e(id, k, t, i)
+), advanced AS (
+    INSERT INTO fence_marks AS m (key, mark, previous_mark)
+    SELECT entry.k, entry.t, NULL FROM entry WHERE entry.held ORDER BY entry.k
+    ON CONFLICT (key) DO UPDATE
+        SET previous_mark = m.mark, mark = GREATEST(m.mark, excluded.mark)
+    RETURNING m.key AS k, m.previous_mark AS previous
+)
+SELECT entry.held, advanced.previous
+FROM entry LEFT JOIN advanced ON advanced.k = entry.k
+ORDER BY entry.i";

@@ -10,6 +10,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dashmap::DashMap;
+
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::ConnectOptions as _;
 use tokio::sync::{mpsc, oneshot, Mutex};
@@ -27,6 +29,10 @@ const MAX_BATCH: usize = 1024;
 pub struct LockHolder {
     commands: mpsc::UnboundedSender<Command>,
 }
+
+/// The locks the holders of one gateway hold (taken, release not yet run), and which holder
+/// holds each; kept by the holders, read to send an entry where its key's lock already is.
+pub type Holding = DashMap<i64, LockHolder>;
 
 enum Command {
     Lock {
@@ -75,8 +81,9 @@ struct Session {
 }
 
 impl LockHolder {
-    /// Starts a holder task; it connects on its first batch.
-    pub fn start(options: PgConnectOptions) -> LockHolder {
+    /// Starts a holder task on the calling runtime; it connects on its first batch and records
+    /// the locks it takes and releases in `holding`.
+    pub fn start(options: PgConnectOptions, holding: Arc<Holding>) -> LockHolder {
         let (commands, receiver) = mpsc::unbounded_channel();
         let task = HolderTask {
             options,
@@ -84,9 +91,15 @@ impl LockHolder {
             current: None,
             sessions: 0,
             commands: commands.clone(),
+            holding,
         };
         tokio::spawn(task.run(receiver));
         LockHolder { commands }
+    }
+
+    /// Whether the holder's task has ended (its runtime did).
+    pub fn is_closed(&self) -> bool {
+        self.commands.is_closed()
     }
 
     /// Takes `lock` if no other session holds it and reads the mark of `key` after taking it,
@@ -125,6 +138,7 @@ struct HolderTask {
     sessions: u64,
     /// For the locks it hands out.
     commands: mpsc::UnboundedSender<Command>,
+    holding: Arc<Holding>,
 }
 
 impl HolderTask {
@@ -178,6 +192,8 @@ impl HolderTask {
                 Command::Unlock { lock, session } => {
                     if self.current.as_ref().is_some_and(|s| s.id == session) {
                         unlocks.push(lock);
+                    } else {
+                        self.forget(lock);
                     }
                 }
             }
@@ -206,6 +222,17 @@ impl HolderTask {
                 return fail(replies, &source);
             }
         };
+        for lock in unlocks {
+            self.forget(lock);
+        }
+        for (lock, (taken, _)) in locks.iter().zip(&taken) {
+            if *taken {
+                let holder = LockHolder {
+                    commands: self.commands.clone(),
+                };
+                self.holding.insert(*lock, holder);
+            }
+        }
         for ((lock, reply), (taken, mark)) in locks.into_iter().zip(replies).zip(taken) {
             let held = taken.then(|| Taken {
                 lock: HeldLock {
@@ -219,6 +246,13 @@ impl HolderTask {
             // release for the next batch.
             let _ = reply.send(Ok(held));
         }
+    }
+
+    /// Drops `lock` from `holding` if this holder is the one recorded there.
+    fn forget(&self, lock: i64) {
+        self.holding.remove_if(&lock, |_, holder| {
+            holder.commands.same_channel(&self.commands)
+        });
     }
 
     /// The current session, connecting a new one if there is none.

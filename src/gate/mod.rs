@@ -4,6 +4,7 @@
 //! `body.rs` holds it until the upstream's response has been streamed.
 
 mod body;
+mod holders;
 mod layer;
 mod local;
 mod lock_holder;

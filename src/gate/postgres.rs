@@ -1,7 +1,7 @@
 //! The cross-replica gate on PostgreSQL: a session-level advisory lock on a 64-bit hash of the
-//! key, held for the length of the forward. A free key is taken by one of a few lock-holder
-//! sessions, in batches (`lock_holder.rs`), which may also advance its mark in the same
-//! statement; a key another replica holds is waited for on a dedicated connection. If the gateway dies, its connections close, the sessions end and the
+//! key, held for the length of the forward. A free key is taken by a lock-holder session (one per
+//! serving thread, `holders.rs`), in batches (`lock_holder.rs`), which may also advance its mark
+//! in the same statement; a key another replica holds is waited for on a dedicated connection. If the gateway dies, its connections close, the sessions end and the
 //! gate opens by itself.
 
 use std::time::Duration;
@@ -10,7 +10,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Postgres;
 
-use super::lock_holder::{HeldLock, LockHolder};
+use super::holders::Holders;
+use super::lock_holder::HeldLock;
 use crate::config::PostgresStoreConfig;
 use crate::store::StoreError;
 
@@ -19,13 +20,11 @@ const BACKEND: &str = "postgres";
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// How long acquiring a gate connection may take before the request counts as failed.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Lock-holder sessions per gateway; a key always goes to the same one.
-const LOCK_HOLDERS: usize = 2;
 
 pub struct PostgresGate {
     /// Dedicated connections, for waiting on a key another session holds.
     pool: PgPool,
-    holders: Vec<LockHolder>,
+    holders: Holders,
     namespace: String,
 }
 
@@ -114,9 +113,7 @@ impl PostgresGate {
             ("search_path", config.schema.as_str()),
             ("default_transaction_isolation", "read\\ committed"),
         ]);
-        let holders = (0..LOCK_HOLDERS)
-            .map(|_| LockHolder::start(holder_options.clone()))
-            .collect();
+        let holders = Holders::new(holder_options);
         let pool = PgPoolOptions::new()
             .max_connections(config.gate_connections.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -133,7 +130,8 @@ impl PostgresGate {
     pub async fn enter(&self, key: &str, wait: Duration) -> Result<SharedPass, SharedGateError> {
         let started = std::time::Instant::now();
         let lock = lock_id(&self.namespace, key);
-        match tokio::time::timeout(wait, self.holder(lock).try_lock(lock, key, None)).await {
+        let holder = self.holders.for_lock(lock);
+        match tokio::time::timeout(wait, holder.try_lock(lock, key, None)).await {
             Ok(Ok(Some(taken))) => {
                 return Ok(SharedPass::Batched {
                     lock: taken.lock,
@@ -168,7 +166,8 @@ impl PostgresGate {
         token: u64,
     ) -> Result<Option<SharedPass>, StoreError> {
         let lock = lock_id(&self.namespace, key);
-        let taken = self.holder(lock).try_lock(lock, key, Some(token)).await?;
+        let holder = self.holders.for_lock(lock);
+        let taken = holder.try_lock(lock, key, Some(token)).await?;
         Ok(taken.map(|taken| SharedPass::Batched {
             lock: taken.lock,
             mark: taken.mark,
@@ -182,11 +181,6 @@ impl PostgresGate {
         self.wait_dedicated(lock_id(&self.namespace, key), wait)
             .await
             .map(SharedPass::Dedicated)
-    }
-
-    /// The lock-holder session of `lock`.
-    fn holder(&self, lock: i64) -> &LockHolder {
-        &self.holders[holder_index(lock, self.holders.len())]
     }
 
     /// Waits at most `wait` for the lock on a dedicated connection. One round trip: the statement
@@ -259,13 +253,6 @@ impl Drop for DedicatedLock {
             }
         });
     }
-}
-
-/// The lock-holder session of `lock`: the same one every time, so that a key released and taken
-/// again by one gateway meets its own session, never a different one still holding it.
-fn holder_index(lock: i64, holders: usize) -> usize {
-    let spread = u64::from_ne_bytes(lock.to_ne_bytes()) % holders.max(1) as u64;
-    usize::try_from(spread).unwrap_or(0)
 }
 
 fn lock_id(namespace: &str, key: &str) -> i64 {

@@ -5,7 +5,8 @@
 //! entry abandoned before its batch answered leaves no lock behind on the holder session; releases
 //! and entries queued together both take effect; a batched entry comes with the key's mark, read
 //! after the lock was taken; an entry with a token advances the key's mark in the statement that
-//! takes its lock, and only when it takes it.
+//! takes its lock, and only when it takes it; a key entered again from another thread before its
+//! release ran goes to the lock-holder session that still holds it.
 //! PostgreSQL must be running on 127.0.0.1:5432: these tests fail, never skip, when it is not.
 
 mod support;
@@ -408,4 +409,56 @@ async fn releases_and_entries_with_tokens_batched_together_both_take_effect() {
     one.close().await;
     two.close().await;
     drop_schema(&namespace).await;
+}
+
+/// A current-thread runtime of its own, as each serving thread has.
+fn thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn a_key_entered_again_before_its_release_ran_goes_to_the_session_holding_it() {
+    let setup = thread_runtime();
+    let namespace = unique_schema();
+    let gate = Arc::new(setup.block_on(gate(&namespace, 2)));
+    let (released, release_queued) = std::sync::mpsc::channel();
+    let (done, finished) = tokio::sync::oneshot::channel::<()>();
+    let first = {
+        let gate = Arc::clone(&gate);
+        std::thread::spawn(move || {
+            thread_runtime().block_on(async move {
+                let pass = gate
+                    .try_enter_and_advance("k", 1)
+                    .await
+                    .expect("entry")
+                    .expect("an open key is taken");
+                // Queues the release on this thread's lock-holder session, which cannot run
+                // while this thread sleeps.
+                drop(pass);
+                released.send(()).expect("second thread");
+                std::thread::sleep(Duration::from_millis(300));
+                // Now let the holder run until the second thread has its answer.
+                let _ = finished.await;
+            });
+        })
+    };
+    release_queued.recv().expect("first thread");
+    // Another thread's entry must go to the session that still holds the key: its own session
+    // would find the key held and answer `None`.
+    let second = thread_runtime().block_on(gate.try_enter_and_advance("k", 2));
+    let pass = second.expect("entry");
+    assert!(
+        pass.as_ref().and_then(SharedPass::replaced_mark) == Some(Some(1)),
+        "the key was taken again, after its release, by the session holding it"
+    );
+    drop(pass);
+    let _ = done.send(());
+    first.join().expect("first thread");
+    setup.block_on(async {
+        gate.close().await;
+        drop_schema(&namespace).await;
+    });
 }

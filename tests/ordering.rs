@@ -91,33 +91,12 @@ async fn other_keys_are_not_held_up_by_a_busy_key() {
 async fn a_request_superseded_while_waiting_is_refused_and_never_forwarded() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
     let gw = TestGateway::start(&route(&upstream, "serialize", "")).await;
-    let url = gw.url("/doc/1");
-    let (a_url, b_url, c_url) = (url.clone(), url.clone(), url);
-    // A holds the key; B (same generation, so admitted) queues; C (newer) is admitted behind B.
-    let a = tokio::spawn(async move {
-        send(
-            "PUT",
-            &a_url,
-            &[("x-fence", "5"), (DELAY_HEADER, "400")],
-            "a",
-        )
-        .await
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let b = tokio::spawn(async move { send("PUT", &b_url, &[("x-fence", "5")], "b").await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let c = tokio::spawn(async move { send("PUT", &c_url, &[("x-fence", "6")], "c").await });
-    let (a, b, c) = (a.await.unwrap(), b.await.unwrap(), c.await.unwrap());
-    assert_eq!(a.status, 200);
-    assert_eq!(
-        b.status, 409,
-        "B was overtaken by a newer generation while it waited"
-    );
-    assert_eq!(b.problem_slug(), "stale-fence");
-    assert_eq!(b.header("x-fence-current"), Some("6"));
-    assert_eq!(c.status, 200);
-    let tokens: Vec<Option<u64>> = upstream.seen().iter().map(Seen::fence).collect();
-    assert_eq!(tokens, [Some(5), Some(6)]);
+    support::ordering::a_write_queued_behind_a_busy_key_is_superseded(
+        gw.url("/doc/1"),
+        &upstream,
+        Duration::from_millis(100),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use support::gateway::fenced_route;
 use support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
-use support::{send, Behavior, GatewayProcess, RecordingUpstream, Seen, DELAY_HEADER};
+use support::{send, Behavior, GatewayProcess, RecordingUpstream, Seen};
 
 fn store(schema: &str) -> String {
     format!(
@@ -76,33 +76,12 @@ async fn a_request_superseded_while_it_waits_is_refused_on_postgres_too() {
     let route = fenced_route("acct", &upstream.url(), "enforce", "monotonic");
     let dir = tempfile::tempdir().unwrap();
     let gateway = GatewayProcess::start_with_store(dir.path(), &store(&schema), &route);
-    let url = gateway.url("/acct/1");
-    let (a_url, b_url, c_url) = (url.clone(), url.clone(), url);
-    // A holds the key; B (same generation, so admitted) queues; C (newer) arrives behind B.
-    let a = tokio::spawn(async move {
-        send(
-            "PUT",
-            &a_url,
-            &[("x-fence", "5"), (DELAY_HEADER, "600")],
-            "a",
-        )
-        .await
-    });
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let b = tokio::spawn(async move { send("PUT", &b_url, &[("x-fence", "5")], "b").await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let c = tokio::spawn(async move { send("PUT", &c_url, &[("x-fence", "6")], "c").await });
-    let (a, b, c) = (a.await.unwrap(), b.await.unwrap(), c.await.unwrap());
-    assert_eq!(a.status, 200);
-    assert_eq!(
-        b.status, 409,
-        "B was overtaken by a newer generation while it waited"
-    );
-    assert_eq!(b.problem_slug(), "stale-fence");
-    assert_eq!(b.header("x-fence-current"), Some("6"));
-    assert_eq!(c.status, 200);
-    let tokens: Vec<Option<u64>> = upstream.seen().iter().map(Seen::fence).collect();
-    assert_eq!(tokens, [Some(5), Some(6)]);
+    support::ordering::a_write_queued_behind_a_busy_key_is_superseded(
+        gateway.url("/acct/1"),
+        &upstream,
+        Duration::from_millis(150),
+    )
+    .await;
     drop(gateway);
     drop_schema(&schema).await;
 }

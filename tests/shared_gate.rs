@@ -178,52 +178,6 @@ async fn an_entry_abandoned_before_its_batch_answered_leaves_no_lock_behind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn releases_and_entries_batched_together_both_take_effect() {
-    let namespace = unique_schema();
-    let (one, two) = (
-        Arc::new(gate(&namespace, 2).await),
-        Arc::new(gate(&namespace, 2).await),
-    );
-    let mut held = Vec::new();
-    for i in 0..100 {
-        held.push(enter_soon(&one, &format!("old:{i}")).await);
-    }
-    // Releasing the old keys while entering new ones puts both in the same batches.
-    let entries: Vec<_> = (0..100)
-        .map(|i| {
-            let one = Arc::clone(&one);
-            tokio::spawn(async move {
-                one.enter(&format!("new:{i}"), Duration::from_secs(5))
-                    .await
-                    .unwrap_or_else(|e| panic!("new:{i}: {e}"))
-            })
-        })
-        .collect();
-    drop(held);
-    let mut new = Vec::new();
-    for entry in entries {
-        new.push(entry.await.expect("entry task"));
-    }
-    for i in 0..100 {
-        drop(enter_soon(&two, &format!("old:{i}")).await);
-    }
-    for i in [0, 50, 99] {
-        assert!(
-            matches!(
-                two.enter(&format!("new:{i}"), Duration::from_millis(50))
-                    .await,
-                Err(SharedGateError::Timeout(_))
-            ),
-            "new:{i} is held by the first replica"
-        );
-    }
-    drop(new);
-    one.close().await;
-    two.close().await;
-    drop_schema(&namespace).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batched_entry_comes_with_the_mark_read_after_the_lock() {
     let namespace = unique_schema();
     let gate = gate(&namespace, 2).await;
@@ -364,7 +318,20 @@ async fn many_entries_with_tokens_in_one_batch_each_advance_their_own_key() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_and_entries_batched_together_both_take_effect() {
+    releases_and_entries_batched_together(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releases_and_entries_with_tokens_batched_together_both_take_effect() {
+    releases_and_entries_batched_together(true).await;
+}
+
+/// Holds 100 keys on one replica, then releases them while it enters 100 new ones, so that
+/// releases and entries share statements (`with_tokens`: entries that advance, which go in the
+/// plain statement; else lock-only ones, which go in the function). The other replica then finds
+/// the old keys free (and, with tokens, advanced) and the new ones held.
+async fn releases_and_entries_batched_together(with_tokens: bool) {
     let namespace = unique_schema();
     let (one, two) = (
         Arc::new(gate(&namespace, 2).await),
@@ -374,16 +341,21 @@ async fn releases_and_entries_with_tokens_batched_together_both_take_effect() {
     for i in 0..100 {
         held.push(enter_and_advance_soon(&one, &format!("old:{i}"), 1).await);
     }
-    // Releasing the old keys while entering new ones with tokens puts both in the same
-    // statements (the plain one that releases, locks and advances).
     let entries: Vec<_> = (0..100)
         .map(|i| {
             let one = Arc::clone(&one);
             tokio::spawn(async move {
-                one.try_enter_and_advance(&format!("new:{i}"), 2)
-                    .await
-                    .unwrap_or_else(|e| panic!("new:{i}: {e}"))
-                    .unwrap_or_else(|| panic!("new:{i} was not taken"))
+                let key = format!("new:{i}");
+                if with_tokens {
+                    one.try_enter_and_advance(&key, 2)
+                        .await
+                        .unwrap_or_else(|e| panic!("{key}: {e}"))
+                        .unwrap_or_else(|| panic!("{key} was not taken"))
+                } else {
+                    one.enter(&key, Duration::from_secs(5))
+                        .await
+                        .unwrap_or_else(|e| panic!("{key}: {e}"))
+                }
             })
         })
         .collect();
@@ -399,8 +371,9 @@ async fn releases_and_entries_with_tokens_batched_together_both_take_effect() {
     for i in [0, 50, 99] {
         assert!(
             matches!(
-                two.try_enter_and_advance(&format!("new:{i}"), 4).await,
-                Ok(None)
+                two.enter(&format!("new:{i}"), Duration::from_millis(50))
+                    .await,
+                Err(SharedGateError::Timeout(_))
             ),
             "new:{i} is held by the first replica"
         );

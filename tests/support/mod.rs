@@ -13,6 +13,7 @@ pub mod gateway;
 pub mod history;
 pub mod intent_contract;
 pub mod leases;
+pub mod ordering;
 pub mod outcome;
 pub mod postgres;
 pub mod process;

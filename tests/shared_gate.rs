@@ -218,10 +218,14 @@ async fn a_batched_entry_comes_with_the_mark_read_after_the_lock() {
 
 /// Takes `key` with an advance to `token` on `gate`, retrying briefly while a released lock of
 /// the key is still being unlocked in the background.
-async fn enter_and_advance_soon(gate: &PostgresGate, key: &str, token: u64) -> SharedPass {
+async fn enter_and_advance_soon(
+    gate: &PostgresGate,
+    key: &str,
+    token: u64,
+) -> (SharedPass, Option<u64>) {
     for _ in 0..50 {
         match gate.try_enter_and_advance(key, token).await {
-            Ok(Some(pass)) => return pass,
+            Ok(Some(taken)) => return taken,
             Ok(None) => tokio::time::sleep(Duration::from_millis(20)).await,
             Err(e) => panic!("entering the gate failed: {e}"),
         }
@@ -242,8 +246,8 @@ async fn an_entry_with_a_token_advances_the_mark_under_the_lock_and_only_there()
         Ok(Advance::Accepted { .. })
     ));
     // Taken: the advance replaced the stored mark, durably, in the statement that took the lock.
-    let pass = enter_and_advance_soon(&one, "invoice:8", base + 5).await;
-    assert_eq!(pass.replaced_mark(), Some(Some(base)));
+    let (pass, replaced) = enter_and_advance_soon(&one, "invoice:8", base + 5).await;
+    assert_eq!(replaced, Some(base));
     assert_eq!(store.current("invoice:8").await.ok(), Some(Some(base + 5)));
     // Held by the other replica: not taken, and nothing is advanced.
     assert!(matches!(
@@ -255,23 +259,21 @@ async fn an_entry_with_a_token_advances_the_mark_under_the_lock_and_only_there()
     let waiting = two.wait_for("invoice:8", Duration::from_secs(5));
     drop(pass);
     let waited = waiting.await.expect("the lock, once released");
-    assert_eq!(waited.replaced_mark(), None);
     assert_eq!(store.current("invoice:8").await.ok(), Some(Some(base + 5)));
     drop(waited);
     // A lower token never lowers the mark; the answer says what it met.
-    let lower = enter_and_advance_soon(&one, "invoice:8", base + 1).await;
-    assert_eq!(lower.replaced_mark(), Some(Some(base + 5)));
+    let (lower, replaced) = enter_and_advance_soon(&one, "invoice:8", base + 1).await;
+    assert_eq!(replaced, Some(base + 5));
     assert_eq!(store.current("invoice:8").await.ok(), Some(Some(base + 5)));
     drop(lower);
     // A key with no mark gets the token as its mark.
-    let fresh = enter_and_advance_soon(&two, "invoice:fresh", 3).await;
-    assert_eq!(fresh.replaced_mark(), Some(None));
+    let (fresh, replaced) = enter_and_advance_soon(&two, "invoice:fresh", 3).await;
+    assert_eq!(replaced, None);
     assert_eq!(store.current("invoice:fresh").await.ok(), Some(Some(3)));
     // A lock-only entry (on the same replica: its lock session takes the key at once) is no
     // advance.
     drop(fresh);
     let plain = enter_soon(&two, "invoice:fresh").await;
-    assert_eq!(plain.replaced_mark(), None);
     assert_eq!(plain.mark_under_lock(), Some(Some(3)));
     drop(plain);
     store.close().await.expect("close");
@@ -296,7 +298,7 @@ async fn many_entries_with_tokens_in_one_batch_each_advance_their_own_key() {
                     .await
                     .unwrap_or_else(|e| panic!("batch:{i}: {e}"))
                     .unwrap_or_else(|| panic!("batch:{i} was not taken"));
-                assert_eq!(pass.replaced_mark(), Some(None), "batch:{i}");
+                assert_eq!(pass.1, None, "batch:{i}");
                 pass
             })
         })
@@ -339,7 +341,7 @@ async fn releases_and_entries_batched_together(with_tokens: bool) {
     );
     let mut held = Vec::new();
     for i in 0..100 {
-        held.push(enter_and_advance_soon(&one, &format!("old:{i}"), 1).await);
+        held.push(enter_and_advance_soon(&one, &format!("old:{i}"), 1).await.0);
     }
     let entries: Vec<_> = (0..100)
         .map(|i| {
@@ -351,6 +353,7 @@ async fn releases_and_entries_batched_together(with_tokens: bool) {
                         .await
                         .unwrap_or_else(|e| panic!("{key}: {e}"))
                         .unwrap_or_else(|| panic!("{key} was not taken"))
+                        .0
                 } else {
                     one.enter(&key, Duration::from_secs(5))
                         .await
@@ -365,8 +368,8 @@ async fn releases_and_entries_batched_together(with_tokens: bool) {
         new.push(entry.await.expect("entry task"));
     }
     for i in 0..100 {
-        let pass = enter_and_advance_soon(&two, &format!("old:{i}"), 3).await;
-        assert_eq!(pass.replaced_mark(), Some(Some(1)), "old:{i}");
+        let (_pass, replaced) = enter_and_advance_soon(&two, &format!("old:{i}"), 3).await;
+        assert_eq!(replaced, Some(1), "old:{i}");
     }
     for i in [0, 50, 99] {
         assert!(
@@ -424,7 +427,7 @@ fn a_key_entered_again_before_its_release_ran_goes_to_the_session_holding_it() {
     let second = thread_runtime().block_on(gate.try_enter_and_advance("k", 2));
     let pass = second.expect("entry");
     assert!(
-        pass.as_ref().and_then(SharedPass::replaced_mark) == Some(Some(1)),
+        pass.as_ref().map(|(_, replaced)| *replaced) == Some(Some(1)),
         "the key was taken again, after its release, by the session holding it"
     );
     drop(pass);

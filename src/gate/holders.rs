@@ -4,16 +4,17 @@
 //! still holds it, which takes it again at once instead of finding it held.
 
 use std::sync::Arc;
-use std::thread::ThreadId;
 
 use dashmap::DashMap;
 use sqlx::postgres::PgConnectOptions;
 
 use super::lock_holder::{Holding, LockHolder};
+use crate::store::per_thread::{PerThread, TaskQueue as _};
+use crate::store::StoreError;
 
 pub struct Holders {
     options: PgConnectOptions,
-    per_thread: DashMap<ThreadId, LockHolder>,
+    per_thread: PerThread<LockHolder>,
     holding: Arc<Holding>,
 }
 
@@ -21,27 +22,26 @@ impl Holders {
     pub fn new(options: PgConnectOptions) -> Holders {
         Holders {
             options,
-            per_thread: DashMap::new(),
+            per_thread: PerThread::new(),
             holding: Arc::new(DashMap::new()),
         }
     }
 
     /// The session to try `lock` in: the one of this gateway that holds it, if any, else the
     /// calling thread's, started on the calling runtime if there is none (or its runtime ended).
-    pub fn for_lock(&self, lock: i64) -> LockHolder {
-        if let Some(holder) = live(self.holding.get(&lock).as_deref()) {
-            return holder;
+    /// `Closed` after [`close`](Self::close).
+    pub fn for_lock(&self, lock: i64) -> Result<LockHolder, StoreError> {
+        let holding = self.holding.get(&lock).filter(|h| !h.is_closed());
+        if let Some(holder) = holding.as_deref() {
+            return Ok(holder.clone());
         }
-        let thread = std::thread::current().id();
-        if let Some(holder) = live(self.per_thread.get(&thread).as_deref()) {
-            return holder;
-        }
-        let holder = LockHolder::start(self.options.clone(), Arc::clone(&self.holding));
-        self.per_thread.insert(thread, holder.clone());
-        holder
+        drop(holding);
+        self.per_thread
+            .queue(|| LockHolder::start(self.options.clone(), Arc::clone(&self.holding)))
     }
-}
 
-fn live(holder: Option<&LockHolder>) -> Option<LockHolder> {
-    holder.filter(|h| !h.is_closed()).cloned()
+    /// No holder starts after this; running ones end with their runtimes.
+    pub fn close(&self) {
+        drop(self.per_thread.close());
+    }
 }

@@ -218,10 +218,7 @@ async fn lock_and_advance(
     )
     .await;
     let (pass, advanced) = match tried {
-        Ok(Ok(Some(pass))) => {
-            let replaced = pass.replaced_mark().ok_or(GatewayError::Internal(
-                "the gate's advance came back without the mark it replaced",
-            ))?;
+        Ok(Ok(Some((pass, replaced)))) => {
             let outcome = store.settle_advance(made(started.elapsed()), Ok(replaced));
             (Some(pass), Ok(outcome))
         }

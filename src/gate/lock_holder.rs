@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::ConnectOptions as _;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
+use crate::store::per_thread::TaskQueue;
 use crate::store::{decode_postgres_mark, encode_postgres_mark, StoreError};
 
 const BACKEND: &str = "postgres";
@@ -28,6 +28,13 @@ const MAX_BATCH: usize = 1024;
 #[derive(Clone)]
 pub struct LockHolder {
     commands: mpsc::UnboundedSender<Command>,
+}
+
+impl TaskQueue for LockHolder {
+    /// Whether the holder's task has ended (its runtime did).
+    fn is_closed(&self) -> bool {
+        self.commands.is_closed()
+    }
 }
 
 /// The locks the holders of one gateway hold (taken, release not yet run), and which holder
@@ -95,11 +102,6 @@ impl LockHolder {
         };
         tokio::spawn(task.run(receiver));
         LockHolder { commands }
-    }
-
-    /// Whether the holder's task has ended (its runtime did).
-    pub fn is_closed(&self) -> bool {
-        self.commands.is_closed()
     }
 
     /// Takes `lock` if no other session holds it and reads the mark of `key` after taking it,
@@ -294,11 +296,11 @@ fn fail(replies: Vec<Reply>, source: &Failure) {
     }
 }
 
-/// Releases `unlocks`, then tries `locks`, in one statement; returns, per lock
-/// in order, whether it was taken and, if it was, the stored mark of its key in `keys` as found
-/// under the lock, before the entry's advance to its token in `advances`, if any. A session's
-/// advisory locks count re-entries, so a key released and taken again by the same session in one
-/// batch ends up held once.
+/// Releases `unlocks`, then tries `locks`, in one statement; returns, per lock in order, whether
+/// it was taken and, if it was, the stored mark of its key in `keys` as found under the lock,
+/// before the entry's advance to its token in `advances`, if any. A session's advisory locks count
+/// re-entries, so a key released and taken again by the same session in one batch ends up held
+/// once.
 async fn run_batch(
     session: &Session,
     unlocks: &[i64],

@@ -1,8 +1,8 @@
 //! The cross-replica gate on PostgreSQL: a session-level advisory lock on a 64-bit hash of the
 //! key, held for the length of the forward. A free key is taken by a lock-holder session (one per
 //! serving thread, `holders.rs`), in batches (`lock_holder.rs`), which may also advance its mark
-//! in the same statement; a key another replica holds is waited for on a dedicated connection. If the gateway dies, its connections close, the sessions end and the
-//! gate opens by itself.
+//! in the same statement; a key another replica holds is waited for on a dedicated connection. If
+//! the gateway dies, its connections close, the sessions end and the gate opens by itself.
 
 use std::time::Duration;
 
@@ -40,12 +40,11 @@ pub enum SharedGateError {
 /// A key's shared gate, held: by a lock-holder session, or (after waiting for another replica)
 /// on a dedicated pooled connection. Dropping it releases the lock in the background.
 pub enum SharedPass {
-    /// Taken in a lock-holder batch, with the key's mark as found under the lock, before the
-    /// entry's own advance when `advanced` (see [`PostgresGate::enter_and_advance`]).
+    /// Taken in a lock-holder batch, with the key's mark as found under the lock (before the
+    /// entry's own advance, for [`PostgresGate::try_enter_and_advance`]).
     Batched {
         lock: HeldLock,
         mark: Option<u64>,
-        advanced: bool,
     },
     Dedicated(DedicatedLock),
 }
@@ -57,20 +56,6 @@ impl SharedPass {
         match self {
             SharedPass::Batched { mark, .. } => Some(*mark),
             SharedPass::Dedicated(_) => None,
-        }
-    }
-
-    /// For a pass taken by [`PostgresGate::enter_and_advance`]: the mark the entry's advance
-    /// replaced (`Some(None)`: the key had none), or `None` when no advance was made (the key was
-    /// waited for on a dedicated connection), which the caller must then make itself.
-    pub fn replaced_mark(&self) -> Option<Option<u64>> {
-        match self {
-            SharedPass::Batched {
-                mark,
-                advanced: true,
-                ..
-            } => Some(*mark),
-            _ => None,
         }
     }
 }
@@ -130,13 +115,12 @@ impl PostgresGate {
     pub async fn enter(&self, key: &str, wait: Duration) -> Result<SharedPass, SharedGateError> {
         let started = std::time::Instant::now();
         let lock = lock_id(&self.namespace, key);
-        let holder = self.holders.for_lock(lock);
+        let holder = self.holders.for_lock(lock)?;
         match tokio::time::timeout(wait, holder.try_lock(lock, key, None)).await {
             Ok(Ok(Some(taken))) => {
                 return Ok(SharedPass::Batched {
                     lock: taken.lock,
                     mark: taken.mark,
-                    advanced: false,
                 })
             }
             Ok(Ok(None)) => {}
@@ -158,20 +142,23 @@ impl PostgresGate {
 
     /// Takes the key's lock in its lock-holder session's next batch, if no other session holds
     /// it, and in the same statement compare-and-advances the key's mark to `token`, durable when
-    /// this returns ([`SharedPass::replaced_mark`] tells what the advance replaced). `None`: the
-    /// key is held elsewhere and nothing was advanced; [`wait_for`](Self::wait_for) waits for it.
+    /// this returns: the pass and the mark the advance replaced (`None`: the key had none).
+    /// `None`: the key is held elsewhere and nothing was advanced; [`wait_for`](Self::wait_for)
+    /// waits for it.
     pub async fn try_enter_and_advance(
         &self,
         key: &str,
         token: u64,
-    ) -> Result<Option<SharedPass>, StoreError> {
+    ) -> Result<Option<(SharedPass, Option<u64>)>, StoreError> {
         let lock = lock_id(&self.namespace, key);
-        let holder = self.holders.for_lock(lock);
+        let holder = self.holders.for_lock(lock)?;
         let taken = holder.try_lock(lock, key, Some(token)).await?;
-        Ok(taken.map(|taken| SharedPass::Batched {
-            lock: taken.lock,
-            mark: taken.mark,
-            advanced: true,
+        Ok(taken.map(|taken| {
+            let pass = SharedPass::Batched {
+                lock: taken.lock,
+                mark: taken.mark,
+            };
+            (pass, taken.mark)
         }))
     }
 
@@ -227,6 +214,7 @@ impl PostgresGate {
     }
 
     pub async fn close(&self) {
+        self.holders.close();
         self.pool.close().await;
     }
 }

@@ -38,15 +38,20 @@ impl CheckedStore {
     async fn timed<T>(&self, op: &str, call: StoreFuture<'_, T>) -> Result<T, StoreError> {
         let started = Instant::now();
         let result = call.await;
+        self.record(op, started.elapsed(), result.is_err());
+        result
+    }
+
+    /// Counts one backend call in the store metrics: its duration and, if it failed, the failure.
+    fn record(&self, op: &str, took: std::time::Duration, failed: bool) {
         let backend = self.inner.backend();
-        self.metrics.observe_store(backend, op, started.elapsed());
-        if result.is_err() {
+        self.metrics.observe_store(backend, op, took);
+        if failed {
             self.metrics
                 .store_errors
                 .with_label_values(&[backend])
                 .inc();
         }
-        result
     }
 
     /// Checks an advance's answer against the mark seen before the call (`floor`) and raises the
@@ -131,14 +136,9 @@ impl FenceStore for CheckedStore {
         made: AdvanceMade<'_>,
         replaced: Result<Option<u64>, StoreError>,
     ) -> Result<Advance, StoreError> {
-        let backend = self.inner.backend();
-        self.metrics.observe_store(backend, made.op, made.took);
-        let outcome = self.inner.settle_advance(made, replaced).inspect_err(|_| {
-            self.metrics
-                .store_errors
-                .with_label_values(&[backend])
-                .inc();
-        })?;
+        let outcome = self.inner.settle_advance(made, replaced);
+        self.record(made.op, made.took, outcome.is_err());
+        let outcome = outcome?;
         self.trust.check()?;
         self.settle(made.key, made.token, made.floor, outcome)?;
         Ok(outcome)

@@ -11,7 +11,7 @@ mod embedded_intents;
 mod intent_rows;
 pub mod intents;
 mod mailbox;
-mod per_thread;
+pub(crate) mod per_thread;
 mod postgres;
 mod postgres_batcher;
 mod postgres_intents;

@@ -1,6 +1,7 @@
-//! One task per thread that asks (the Redis writers, the PostgreSQL advance batchers): each
-//! thread's requests go to a task on its own runtime, so a request never wakes another thread to
-//! reach its store. This module owns the thread → queue map and the closed flag.
+//! One task per thread that asks (the Redis writers, the PostgreSQL advance batchers, the
+//! PostgreSQL gate's lock holders): each thread's requests go to a task on its own runtime, so a
+//! request never wakes another thread to reach its store. This module owns the thread → queue map
+//! and the closed flag.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::ThreadId;
@@ -10,15 +11,26 @@ use tokio::sync::mpsc;
 
 use super::StoreError;
 
+/// A handle to a thread's task, which tells whether the task has ended.
+pub(crate) trait TaskQueue: Clone {
+    fn is_closed(&self) -> bool;
+}
+
+impl<C> TaskQueue for mpsc::Sender<C> {
+    fn is_closed(&self) -> bool {
+        mpsc::Sender::is_closed(self)
+    }
+}
+
 /// The queue of each thread's task.
-pub(super) struct PerThread<C> {
-    queues: DashMap<ThreadId, mpsc::Sender<C>>,
+pub(crate) struct PerThread<Q> {
+    queues: DashMap<ThreadId, Q>,
     /// Set by `close`: no task is started after it.
     closed: AtomicBool,
 }
 
-impl<C> PerThread<C> {
-    pub(super) fn new() -> PerThread<C> {
+impl<Q: TaskQueue> PerThread<Q> {
+    pub(crate) fn new() -> PerThread<Q> {
         PerThread {
             queues: DashMap::new(),
             closed: AtomicBool::new(false),
@@ -27,10 +39,7 @@ impl<C> PerThread<C> {
 
     /// The calling thread's queue; `start` starts its task (on the calling runtime) when there is
     /// none or its runtime has ended. `Closed` after `close`.
-    pub(super) fn queue(
-        &self,
-        start: impl FnOnce() -> mpsc::Sender<C>,
-    ) -> Result<mpsc::Sender<C>, StoreError> {
+    pub(crate) fn queue(&self, start: impl FnOnce() -> Q) -> Result<Q, StoreError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(StoreError::Closed);
         }
@@ -45,7 +54,7 @@ impl<C> PerThread<C> {
 
     /// Refuses later requests and hands back every queue (to send a close through, or to drop:
     /// a task whose queue is dropped ends once it has answered what was queued).
-    pub(super) fn close(&self) -> Vec<mpsc::Sender<C>> {
+    pub(crate) fn close(&self) -> Vec<Q> {
         self.closed.store(true, Ordering::Release);
         let queues = self.queues.iter().map(|q| q.value().clone()).collect();
         self.queues.clear();
@@ -59,7 +68,7 @@ mod tests {
 
     #[test]
     fn each_thread_gets_one_queue_and_none_is_started_after_close() {
-        let queues = PerThread::<u8>::new();
+        let queues = PerThread::<mpsc::Sender<u8>>::new();
         let (first, _first_rx) = mpsc::channel(1);
         let first = queues.queue(|| first).expect("open");
         // The same thread gets the same queue without starting another task.
@@ -83,7 +92,7 @@ mod tests {
 
     #[test]
     fn a_queue_whose_task_ended_is_replaced() {
-        let queues = PerThread::<u8>::new();
+        let queues = PerThread::<mpsc::Sender<u8>>::new();
         let (ended, receiver) = mpsc::channel(1);
         let ended = queues.queue(|| ended).expect("open");
         drop(receiver);

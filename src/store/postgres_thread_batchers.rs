@@ -17,7 +17,7 @@ use super::StoreError;
 const QUEUE: usize = 16 * 1024;
 
 pub(super) struct ThreadBatchers {
-    batchers: PerThread<AdvanceRequest>,
+    batchers: PerThread<mpsc::Sender<AdvanceRequest>>,
     options: PgConnectOptions,
     max_batch: usize,
     /// Batches one thread runs at once (`batches_in_flight`).

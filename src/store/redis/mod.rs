@@ -45,7 +45,7 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// script call). The first writer uses the connection `open` checked; the others connect when
 /// their thread first asks.
 pub struct RedisStore {
-    writers: PerThread<Command>,
+    writers: PerThread<mpsc::Sender<Command>>,
     /// What a new writer is made from.
     template: WriterTemplate,
     prefix: String,

@@ -161,7 +161,7 @@ async fn list_routes(State(state): State<AdminState>) -> Response {
         .map(|route| {
             json!({
                 "name": route.name,
-                "fenced_methods": route.fenced_methods.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+                "fenced_methods": route.fenced_methods.describe(),
                 "mode": format!("{:?}", route.fence.mode).to_lowercase(),
                 "compare": format!("{:?}", route.fence.compare).to_lowercase(),
                 "ordering": format!("{:?}", route.fence.ordering).to_lowercase(),

@@ -9,7 +9,8 @@ use crate::fence::{SignatureError, TokenError};
 use crate::problem::Problem;
 use crate::proxy::ProxyBody;
 use crate::request_id::RequestId;
-use crate::route::{PathRefusal, RenderError};
+use crate::gateway::{DestinationRefusal, HostRefusal};
+use crate::route::{MethodRefusal, PathRefusal, RenderError};
 use crate::store::StoreError;
 
 /// Header naming the key's high-water mark on a stale-fence refusal.
@@ -36,6 +37,12 @@ pub enum GatewayError {
     MethodNotAllowed { allow: &'static str },
     #[error("{0}")]
     InvalidPath(PathRefusal),
+    #[error("{0}")]
+    InvalidMethod(MethodRefusal),
+    #[error("{0}")]
+    InvalidHost(HostRefusal),
+    #[error("{0}")]
+    Destination(DestinationRefusal),
     #[error("the claim path names no valid resource key")]
     BadClaimKey,
     #[error(
@@ -156,6 +163,22 @@ impl GatewayError {
             GatewayError::InvalidPath(_) => {
                 (StatusCode::BAD_REQUEST, "invalid-path", "Invalid path")
             }
+            GatewayError::InvalidMethod(_) => {
+                (StatusCode::BAD_REQUEST, "invalid-method", "Invalid method")
+            }
+            GatewayError::InvalidHost(_) => {
+                (StatusCode::BAD_REQUEST, "invalid-host", "Invalid host")
+            }
+            GatewayError::Destination(DestinationRefusal::Fenced { .. }) => (
+                StatusCode::FORBIDDEN,
+                "fenced-destination",
+                "Destination on a fenced route",
+            ),
+            GatewayError::Destination(_) => (
+                StatusCode::BAD_REQUEST,
+                "invalid-destination",
+                "Invalid destination",
+            ),
             GatewayError::AmbiguousFraming => (
                 StatusCode::BAD_REQUEST,
                 "ambiguous-framing",

@@ -213,7 +213,7 @@ path = "data/fencegate.db"
 [[routes]]
 name = "invoices"
 path = "/invoices/{id}"
-methods = ["POST", "PUT", "PATCH", "DELETE"]
+
 upstream = "http://127.0.0.1:9000"
 resource_key = "invoice:{id}"
 timeout = "30s"

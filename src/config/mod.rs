@@ -66,8 +66,6 @@ pub const DEFAULT_POSTGRES_GATE_CONNECTIONS: u32 = 64;
 pub const DEFAULT_POSTGRES_BATCHES_IN_FLIGHT: usize = 1;
 /// Prefix of fencegate's Redis keys unless the file names another.
 pub const DEFAULT_REDIS_KEY_PREFIX: &str = "fencegate:";
-/// The methods a route fences when it lists none: the unsafe ones of RFC 9110 §9.2.1.
-pub const DEFAULT_FENCED_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
 /// Largest request body a route forwards unless it says otherwise (413 above): generous for API
 /// writes, small enough that one client cannot tie up the upstream with an endless upload.
 pub const DEFAULT_MAX_BODY: usize = 10 * 1024 * 1024;
@@ -271,8 +269,17 @@ pub struct RedisStoreConfig {
 pub struct RouteConfig {
     pub name: String,
     pub path: String,
+    /// The fenced methods; absent: every method but GET, HEAD, OPTIONS and TRACE.
     #[serde(default)]
     pub methods: Option<Vec<String>>,
+    /// Compare the path's literal segments with the request's exactly; by default they compare
+    /// ASCII-case-insensitively (fencing a case-sensitive upstream more than needed is harmless).
+    #[serde(default)]
+    pub case_sensitive: bool,
+    /// A request path with `;` parameters on this route: refused, or stripped before matching
+    /// and forwarding.
+    #[serde(default)]
+    pub path_parameters: PathParameters,
     pub upstream: String,
     #[serde(default)]
     pub resource_key: Option<String>,
@@ -384,6 +391,18 @@ impl Default for FenceConfig {
             signature_header: default_signature_header(),
         }
     }
+}
+
+/// What a route does with `;` path parameters, which Tomcat and Spring strip before routing while
+/// other upstreams keep them as part of the segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PathParameters {
+    /// 400 `invalid-path` when the route guards the request's method.
+    #[default]
+    Refuse,
+    /// Remove every segment's parameters, then match, key and forward the path without them.
+    Strip,
 }
 
 /// Whether writes of one key may be in flight to the upstream together (I4).

@@ -3,9 +3,13 @@
 //! responses here and nowhere else.
 
 mod claim;
+mod destination;
+mod host;
 mod routing;
 
 pub use claim::Claim;
+pub use destination::{check_destination, DestinationRefusal, DESTINATION};
+pub use host::{check_host, HostRefusal};
 pub use routing::{Routing, RoutingLayer};
 
 use std::convert::Infallible;
@@ -25,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::proxy::{strip_hop_by_hop_headers, Proxy, ProxyBody, RequestBody};
 use crate::reload::RouteSource;
 use crate::request_id::{assign_request_id, stamp_request_id};
-use crate::route::RESERVED_PREFIX;
+use crate::route::{check_method_spelling, RESERVED_PREFIX};
 use crate::server::AmbiguousFraming;
 use crate::store::intents::NoIntentStore;
 use crate::store::{FenceStore, IntentStore};
@@ -79,6 +83,27 @@ impl Gateway {
     }
 }
 
+/// What `Allow` lists when `CONNECT` is refused: every method a route may forward.
+const ALLOW_BUT_CONNECT: &str = "GET, HEAD, OPTIONS, TRACE, POST, PUT, PATCH, DELETE";
+
+/// The checks of a request's head that hold whatever its path: framing, method and host. The
+/// gateway must read a request as every upstream would, or refuse it.
+fn check_request_head<B>(request: &Request<B>) -> Result<(), GatewayError> {
+    // A head with both `Content-Length` and `Transfer-Encoding` (hyper kept only the latter) is
+    // a smuggling attempt or a broken client.
+    if request.extensions().get::<AmbiguousFraming>().is_some() {
+        return Err(GatewayError::AmbiguousFraming);
+    }
+    // A tunnel would carry writes the gateway never sees.
+    if request.method() == http::Method::CONNECT {
+        return Err(GatewayError::MethodNotAllowed {
+            allow: ALLOW_BUT_CONNECT,
+        });
+    }
+    check_method_spelling(request.method()).map_err(GatewayError::InvalidMethod)?;
+    check_host(request).map_err(GatewayError::InvalidHost)
+}
+
 impl Service<Request<Incoming>> for Gateway {
     type Response = Response<ProxyBody>;
     type Error = Infallible;
@@ -101,10 +126,10 @@ impl Service<Request<Incoming>> for Gateway {
         // Before the reserved/routed split, so both answer with the id and every layer (and the
         // upstream) sees it; not a layer, because the error-to-response step below needs it too.
         let request_id = assign_request_id(&mut request);
-        // A head with both `Content-Length` and `Transfer-Encoding` (hyper kept only the latter)
-        // is a smuggling attempt or a broken client: refused, whatever its path.
-        if request.extensions().get::<AmbiguousFraming>().is_some() {
-            let response = GatewayError::AmbiguousFraming.into_response(&request_id);
+        // Refused whatever the path: ambiguous framing, `CONNECT`, a method spelled in another
+        // letter case, two hosts.
+        if let Err(refusal) = check_request_head(&request) {
+            let response = refusal.into_response(&request_id);
             return Box::pin(std::future::ready(Ok(stamp_request_id(
                 response,
                 &request_id,

@@ -1,6 +1,7 @@
-//! `RoutingLayer` → `Routing<S>`: refuses malformed paths (400), finds the request's route (404
-//! when none), refuses a body its route cannot take (413), and hands the match to the layers
-//! below as a request extension.
+//! `RoutingLayer` → `Routing<S>`: makes the path canonical (400 when it cannot be), finds the
+//! request's route (404 when none), puts the canonical path it matched in the request so that
+//! is what is forwarded, checks a WebDAV `Destination`, refuses a body its route cannot take
+//! (413), and hands the match to the layers below as a request extension.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,7 +14,8 @@ use crate::error::{GatewayError, Origin};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, RequestBody};
 use crate::reload::RouteSource;
-use crate::route::check_path;
+use super::check_destination;
+use crate::route::{canonicalize, RouteMatch, RESERVED_PREFIX, UNFENCED_METHODS};
 
 #[derive(Clone)]
 pub struct RoutingLayer {
@@ -70,7 +72,14 @@ where
             future::ready(Err(error)).boxed()
         };
         // New requests match the table in force; the match keeps its route alive to the end.
-        let found = check_path(path).and_then(|()| self.routes.current().find(path));
+        let table = self.routes.current();
+        let found = canonicalize(path).and_then(|canonical| {
+            if is_reserved(canonical.as_str()) {
+                // `//_fencegate/claim/..`: the gateway's own space, never an upstream's.
+                return Err(crate::route::PathRefusal::ReservedPrefix);
+            }
+            table.find(&canonical, request.method())
+        });
         let routed = match found {
             Ok(Some(routed)) => routed,
             Ok(None) => {
@@ -79,6 +88,21 @@ where
             }
             Err(why) => return refuse(GatewayError::InvalidPath(why)),
         };
+        if let Err(error) = forward_canonical(&mut request, &routed) {
+            return refuse(error);
+        }
+        if !UNFENCED_METHODS.contains(request.method()) {
+            let host = request_host(&request);
+            match check_destination(request.headers(), host.as_deref(), request.method(), &table) {
+                Ok(Some(canonical)) => {
+                    request
+                        .headers_mut()
+                        .insert(super::DESTINATION, canonical);
+                }
+                Ok(None) => {}
+                Err(why) => return refuse(GatewayError::Destination(why)),
+            }
+        }
         let route = &routed.route;
         // Before the fence: a body the route would refuse must not advance the mark.
         if declared_length(&request).is_some_and(|length| length > route.max_body as u64) {
@@ -110,6 +134,46 @@ where
         }
         .boxed()
     }
+}
+
+/// Whether a canonical path lies under the reserved prefix, in any letter case.
+fn is_reserved(canonical: &str) -> bool {
+    canonical
+        .get(..RESERVED_PREFIX.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(RESERVED_PREFIX))
+}
+
+/// Puts the canonical path the route matched in the request's target (the query is kept as
+/// sent), so the layers below and the upstream read the path the gateway keyed.
+fn forward_canonical<B>(request: &mut Request<B>, routed: &RouteMatch) -> Result<(), GatewayError> {
+    let uri = request.uri();
+    if uri.path() == routed.path {
+        return Ok(());
+    }
+    let target = match uri.query() {
+        Some(query) => format!("{}?{query}", routed.path),
+        None => routed.path.clone(),
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(
+        target
+            .parse()
+            .map_err(|_| GatewayError::Internal("a canonical path did not parse"))?,
+    );
+    *request.uri_mut() = http::Uri::from_parts(parts)
+        .map_err(|_| GatewayError::Internal("a canonical path did not make a target"))?;
+    Ok(())
+}
+
+/// The host the client addressed: `Host`, or the target's authority (HTTP/2, absolute-form);
+/// the gateway has already checked that the two agree.
+fn request_host<B>(request: &Request<B>) -> Option<String> {
+    request
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| request.uri().authority().map(|a| a.as_str().to_owned()))
 }
 
 /// The request's `Content-Length`, when it has one (hyper has already refused malformed or

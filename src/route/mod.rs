@@ -1,12 +1,15 @@
-//! Routes: matching a request path against configured patterns, and rendering the resource key of
-//! the match. Compiled once from the configuration; read-only on the request path.
+//! Routes: the canonical form of a request's path and method, matching it against configured
+//! patterns, and rendering the resource key of the match. Compiled once from the configuration;
+//! read-only on the request path.
 
-mod path_check;
+mod canonical;
+mod method;
 mod pattern;
 mod table;
 mod template;
 
-pub use path_check::{check_path, PathRefusal, MAX_CAPTURE_LEN};
-pub use pattern::{Captures, PathPattern, PatternError};
+pub use canonical::{canonicalize, CanonicalPath, PathRefusal, MAX_CAPTURE_LEN};
+pub use method::{check_method_spelling, FencedMethods, MethodRefusal, UNFENCED_METHODS};
+pub use pattern::{Captures, PathMatch, PathPattern, PatternError};
 pub use table::{CompiledRoute, RouteError, RouteMatch, RouteTable, RESERVED_PREFIX};
 pub use template::{KeyTemplate, RenderError, RequestParts, TemplateError, MAX_RESOURCE_KEY_LEN};

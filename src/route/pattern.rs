@@ -2,11 +2,13 @@
 
 use percent_encoding::percent_decode_str;
 
-use super::{PathRefusal, MAX_CAPTURE_LEN};
+use super::canonical::canonical_literal;
+use super::{CanonicalPath, PathRefusal, MAX_CAPTURE_LEN};
 
 /// One segment of a pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
+    /// Canonical text, as a canonical request path spells it.
     Literal(String),
     /// `{name}`: exactly one non-empty segment.
     Param(String),
@@ -44,6 +46,16 @@ impl Captures {
     }
 }
 
+/// A pattern's match of one path: what it captured, and the path to forward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathMatch {
+    pub captures: Captures,
+    /// The canonical path with the pattern's literals spelled as the pattern spells them (they
+    /// may have matched in another letter case), so the upstream reads the resource that was
+    /// keyed.
+    pub path: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PatternError {
     #[error("must start with '/'")]
@@ -56,17 +68,26 @@ pub enum PatternError {
     DuplicateName(String),
     #[error("`{{*{0}}}` must be the last segment")]
     RestNotLast(String),
+    #[error("segment {0:?} could never match a request path (empty, a dot segment, `;`, an encoded separator or a malformed escape)")]
+    NeverMatches(String),
 }
 
 impl PathPattern {
+    /// Parses a pattern. Its literals are made canonical as request paths are, and a trailing
+    /// slash is dropped (a request's trailing slash is ignored when matching).
     pub fn parse(pattern: &str) -> Result<PathPattern, PatternError> {
         let body = pattern
             .strip_prefix('/')
             .ok_or(PatternError::NoLeadingSlash)?;
+        let body = if body.is_empty() {
+            body
+        } else {
+            body.strip_suffix('/').unwrap_or(body)
+        };
         let raw: Vec<&str> = body.split('/').collect();
         let mut segments = Vec::with_capacity(raw.len());
         for (i, part) in raw.iter().enumerate() {
-            let segment = parse_segment(part)?;
+            let segment = parse_segment(part, raw.len() == 1)?;
             if let Segment::Rest(name) = &segment {
                 if i + 1 != raw.len() {
                     return Err(PatternError::RestNotLast(name.clone()));
@@ -108,20 +129,34 @@ impl PathPattern {
         prefix
     }
 
-    /// Matches a raw (still percent-encoded) request path; captured values are decoded. A capture
-    /// that is empty, longer than [`MAX_CAPTURE_LEN`] or not UTF-8 once decoded does not match.
-    pub fn matches(&self, path: &str) -> Option<Captures> {
-        self.match_path(path).ok().flatten()
+    /// Whether two patterns match the same paths once literals are compared without case.
+    pub fn same_shape(&self, other: &PathPattern) -> bool {
+        self.segments.len() == other.segments.len()
+            && self
+                .segments
+                .iter()
+                .zip(&other.segments)
+                .all(|pair| match pair {
+                    (Segment::Literal(a), Segment::Literal(b)) => a.eq_ignore_ascii_case(b),
+                    (Segment::Param(_), Segment::Param(_)) | (Segment::Rest(_), Segment::Rest(_)) => {
+                        true
+                    }
+                    _ => false,
+                })
     }
 
-    /// Matches a raw request path. `Err` when the path has this pattern's shape (its literals
-    /// match) but a capture is empty, oversized or not UTF-8 once decoded: the request was meant
-    /// for this route and is malformed, rather than meant for another route.
-    pub fn match_path(&self, path: &str) -> Result<Option<Captures>, PathRefusal> {
-        let Some(mut rest) = path.strip_prefix('/') else {
-            return Ok(None);
-        };
+    /// Matches a canonical path; captured values are decoded. Literals compare
+    /// ASCII-case-insensitively unless `case_sensitive`. A path with this pattern's shape whose
+    /// capture is oversized or not UTF-8 once decoded is `Err`: the request was meant for this
+    /// route and is malformed, rather than meant for another route.
+    pub fn match_path(
+        &self,
+        path: &CanonicalPath,
+        case_sensitive: bool,
+    ) -> Result<Option<PathMatch>, PathRefusal> {
+        let mut parts = path.segments();
         let mut captures = Vec::new();
+        let mut forward = String::with_capacity(path.as_str().len());
         let mut refusal = None;
         let mut capture = |name: &str, raw: &str, limit: usize| {
             match check_capture(raw, limit) {
@@ -131,39 +166,60 @@ impl PathPattern {
                 }
             };
         };
-        for (i, segment) in self.segments.iter().enumerate() {
-            let last = i + 1 == self.segments.len();
+        for segment in &self.segments {
+            forward.push('/');
             if let Segment::Rest(name) = segment {
-                capture(name, rest, usize::MAX);
-                rest = "";
+                let rest: Vec<&str> = parts.by_ref().collect();
+                let rest = rest.join("/");
+                if rest.is_empty() {
+                    return Ok(None);
+                }
+                capture(name, &rest, usize::MAX);
+                forward.push_str(&rest);
                 break;
             }
-            let (part, tail) = match rest.split_once('/') {
-                Some((part, tail)) if !last => (part, tail),
-                Some(_) => return Ok(None),
-                None if last => (rest, ""),
-                None => return Ok(None),
+            let Some(part) = parts.next() else {
+                return Ok(None);
             };
             match segment {
                 Segment::Literal(text) => {
-                    if part != text {
+                    let same = if case_sensitive {
+                        part == text
+                    } else {
+                        part.eq_ignore_ascii_case(text)
+                    };
+                    if !same {
                         return Ok(None);
                     }
+                    forward.push_str(text);
                 }
-                Segment::Param(name) => capture(name, part, MAX_CAPTURE_LEN),
+                Segment::Param(name) => {
+                    if part.is_empty() {
+                        return Ok(None);
+                    }
+                    capture(name, part, MAX_CAPTURE_LEN);
+                    forward.push_str(part);
+                }
                 Segment::Rest(_) => return Ok(None),
             }
-            rest = tail;
         }
-        debug_assert!(rest.is_empty());
+        if parts.next().is_some() {
+            return Ok(None);
+        }
+        if path.has_trailing_slash() {
+            forward.push('/');
+        }
         match refusal {
             Some(why) => Err(why),
-            None => Ok(Some(Captures(captures))),
+            None => Ok(Some(PathMatch {
+                captures: Captures(captures),
+                path: forward,
+            })),
         }
     }
 }
 
-fn parse_segment(part: &str) -> Result<Segment, PatternError> {
+fn parse_segment(part: &str, only: bool) -> Result<Segment, PatternError> {
     if let Some(inner) = part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
         let (name, rest) = match inner.strip_prefix('*') {
             Some(name) => (name, true),
@@ -181,14 +237,18 @@ fn parse_segment(part: &str) -> Result<Segment, PatternError> {
     if part.contains('{') || part.contains('}') {
         return Err(PatternError::PartialParam(part.to_owned()));
     }
-    Ok(Segment::Literal(part.to_owned()))
+    // The root pattern `/` is one empty literal; nowhere else can a segment be empty.
+    if part.is_empty() && only {
+        return Ok(Segment::Literal(String::new()));
+    }
+    match canonical_literal(part) {
+        Some(text) if !text.is_empty() => Ok(Segment::Literal(text)),
+        _ => Err(PatternError::NeverMatches(part.to_owned())),
+    }
 }
 
 /// A captured value, decoded, or why it cannot be one.
 fn check_capture(raw: &str, limit: usize) -> Result<String, PathRefusal> {
-    if raw.is_empty() {
-        return Err(PathRefusal::EmptySegment);
-    }
     if raw.len() > limit {
         return Err(PathRefusal::SegmentTooLong);
     }
@@ -201,61 +261,99 @@ fn check_capture(raw: &str, limit: usize) -> Result<String, PathRefusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::route::canonicalize;
+
+    fn matches(pattern: &PathPattern, raw: &str) -> Option<PathMatch> {
+        pattern
+            .match_path(&canonicalize(raw).unwrap(), false)
+            .ok()
+            .flatten()
+    }
 
     #[test]
     fn named_segment_matches_one_segment() {
         let p = PathPattern::parse("/invoices/{id}").unwrap();
-        assert_eq!(p.matches("/invoices/72").unwrap().get("id"), Some("72"));
-        assert!(p.matches("/invoices/72/send").is_none());
-        assert!(p.matches("/invoices/").is_none());
-        assert!(p.matches("/invoices").is_none());
-        assert!(p.matches("/other/72").is_none());
+        assert_eq!(matches(&p, "/invoices/72").unwrap().captures.get("id"), Some("72"));
+        assert!(matches(&p, "/invoices/72/send").is_none());
+        assert!(matches(&p, "/invoices/").is_none());
+        assert!(matches(&p, "/invoices").is_none());
+        assert!(matches(&p, "/other/72").is_none());
+    }
+
+    #[test]
+    fn trailing_slash_and_letter_case_match_the_same_route() {
+        let p = PathPattern::parse("/invoices/{id}").unwrap();
+        for raw in ["/invoices/1/", "/Invoices/1", "/INVOICES/1/", "//invoices//1"] {
+            let found = matches(&p, raw).unwrap();
+            assert_eq!(found.captures.get("id"), Some("1"), "{raw}");
+        }
+        assert_eq!(matches(&p, "/INVOICES/Ab/").unwrap().path, "/invoices/Ab/");
+        assert_eq!(matches(&p, "/Invoices/Ab").unwrap().path, "/invoices/Ab");
+        let exact = canonicalize("/Invoices/1").unwrap();
+        assert_eq!(p.match_path(&exact, true), Ok(None));
+        // A pattern's own trailing slash is dropped too.
+        let slash = PathPattern::parse("/invoices/").unwrap();
+        assert!(matches(&slash, "/invoices").is_some());
+        assert!(matches(&slash, "/invoices/").is_some());
     }
 
     #[test]
     fn captures_are_percent_decoded() {
         let p = PathPattern::parse("/invoices/{id}").unwrap();
-        assert_eq!(p.matches("/invoices/%37%32").unwrap().get("id"), Some("72"));
-        assert!(p.matches("/invoices/%ff").is_none());
+        assert_eq!(
+            matches(&p, "/invoices/%37%32").unwrap().captures.get("id"),
+            Some("72")
+        );
+        assert_eq!(
+            matches(&p, "/invoices/a%20b").unwrap().captures.get("id"),
+            Some("a b")
+        );
     }
 
     #[test]
     fn malformed_captures_are_refusals_not_misses() {
         let p = PathPattern::parse("/invoices/{id}/send").unwrap();
+        let path = |raw: &str| canonicalize(raw).unwrap();
         assert_eq!(
-            p.match_path("/invoices//send"),
-            Err(PathRefusal::EmptySegment)
-        );
-        assert_eq!(
-            p.match_path("/invoices/%ff/send"),
+            p.match_path(&path("/invoices/%ff/send"), false),
             Err(PathRefusal::NotUtf8)
         );
         let long = format!("/invoices/{}/send", "x".repeat(MAX_CAPTURE_LEN + 1));
-        assert_eq!(p.match_path(&long), Err(PathRefusal::SegmentTooLong));
+        assert_eq!(
+            p.match_path(&path(&long), false),
+            Err(PathRefusal::SegmentTooLong)
+        );
         // Another shape is a miss, whatever its captures look like.
-        assert_eq!(p.match_path("/invoices//other"), Ok(None));
-        assert_eq!(p.match_path("/other/%ff/send"), Ok(None));
-        let rest = PathPattern::parse("/files/{*rest}").unwrap();
-        assert_eq!(rest.match_path("/files/"), Err(PathRefusal::EmptySegment));
+        assert_eq!(p.match_path(&path("/other/%ff/send"), false), Ok(None));
     }
 
     #[test]
     fn rest_takes_the_remainder() {
         let p = PathPattern::parse("/files/{*rest}").unwrap();
-        assert_eq!(
-            p.matches("/files/a/b/c").unwrap().get("rest"),
-            Some("a/b/c")
-        );
-        assert!(p.matches("/files/").is_none());
-        assert!(p.matches("/files").is_none());
+        let found = matches(&p, "/files/a/b/c/").unwrap();
+        assert_eq!(found.captures.get("rest"), Some("a/b/c"));
+        assert_eq!(found.path, "/files/a/b/c/");
+        assert!(matches(&p, "/files/").is_none());
+        assert!(matches(&p, "/files").is_none());
     }
 
     #[test]
     fn literal_and_params_mix() {
         let p = PathPattern::parse("/t/{tenant}/invoices/{id}/send").unwrap();
-        let c = p.matches("/t/acme/invoices/9/send").unwrap();
+        let c = matches(&p, "/t/acme/invoices/9/send").unwrap().captures;
         assert_eq!((c.get("tenant"), c.get("id")), (Some("acme"), Some("9")));
         assert_eq!(p.literal_prefix(), "/t/");
+    }
+
+    #[test]
+    fn literals_are_canonical() {
+        let p = PathPattern::parse("/%69nvoices/{id}").unwrap();
+        assert!(matches(&p, "/invoices/1").is_some());
+        assert_eq!(p.literal_prefix(), "/invoices/");
+        let a = PathPattern::parse("/Invoices/{x}").unwrap();
+        let b = PathPattern::parse("/invoices/{id}").unwrap();
+        assert!(a.same_shape(&b));
+        assert!(!a.same_shape(&PathPattern::parse("/invoices/{*r}").unwrap()));
     }
 
     #[test]
@@ -280,5 +378,11 @@ mod tests {
             PathPattern::parse("/{a b}"),
             Err(PatternError::BadName(_))
         ));
+        for never in ["/a//b", "/a;x/{id}", "/../{id}", "/a%2Fb", "/a%zz"] {
+            assert!(
+                matches!(PathPattern::parse(never), Err(PatternError::NeverMatches(_))),
+                "{never}"
+            );
+        }
     }
 }

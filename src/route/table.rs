@@ -5,10 +5,8 @@ use std::time::Duration;
 
 use http::{HeaderName, Method};
 
-use super::{Captures, KeyTemplate, PathPattern, PathRefusal};
-use crate::config::{
-    Compare, FenceMode, OnStoreError, Ordering, RouteConfig, DEFAULT_FENCED_METHODS,
-};
+use super::{CanonicalPath, Captures, FencedMethods, KeyTemplate, PathPattern, PathRefusal};
+use crate::config::{Compare, FenceMode, OnStoreError, Ordering, PathParameters, RouteConfig};
 use crate::fence::{signature_key_from_env, SignatureKey};
 use crate::idempotency::IdempotencySettings;
 use crate::proxy::UpstreamTarget;
@@ -22,7 +20,11 @@ pub const RESERVED_PREFIX: &str = "/_fencegate/";
 pub struct CompiledRoute {
     pub name: String,
     pub pattern: PathPattern,
-    pub fenced_methods: Vec<Method>,
+    /// Compare the pattern's literals with the path's exactly, not ASCII-case-insensitively.
+    pub case_sensitive: bool,
+    /// What a path with `;` parameters does on this route.
+    pub path_parameters: PathParameters,
+    pub fenced_methods: FencedMethods,
     pub upstream: UpstreamTarget,
     pub resource_key: Option<KeyTemplate>,
     pub timeout: Duration,
@@ -56,6 +58,12 @@ impl CompiledRoute {
     pub fn fences(&self, method: &Method) -> bool {
         self.fence.mode != FenceMode::Off && self.fenced_methods.contains(method)
     }
+
+    /// Whether a request with this method is checked by the fence or recorded by the idempotency
+    /// layer: a request the gateway must not let reach another resource than the one it keyed.
+    pub fn guards(&self, method: &Method) -> bool {
+        self.fences(method) || (self.idempotency.is_some() && self.fenced_methods.contains(method))
+    }
 }
 
 /// A request's route and what its path captured.
@@ -63,6 +71,8 @@ impl CompiledRoute {
 pub struct RouteMatch {
     pub route: Arc<CompiledRoute>,
     pub captures: Captures,
+    /// The canonical path that matched, as it is forwarded.
+    pub path: String,
 }
 
 /// Why a route did not compile; `field` is relative to the route.
@@ -86,20 +96,64 @@ impl RouteTable {
             if routes.iter().any(|r| r.name == config.name) {
                 return Err(error(config, "name", "another route already has this name"));
             }
-            routes.push(Arc::new(compile_route(config)?));
+            let route = compile_route(config)?;
+            if let Some(earlier) = routes
+                .iter()
+                .find(|r| !r.case_sensitive && r.pattern.same_shape(&route.pattern))
+            {
+                return Err(error(
+                    config,
+                    "path",
+                    format!(
+                        "route {:?} matches every path this pattern matches (literals compare without letter case), so this route would never be used",
+                        earlier.name
+                    ),
+                ));
+            }
+            routes.push(Arc::new(route));
         }
         Ok(RouteTable { routes })
     }
 
-    /// The first route whose pattern has the shape of `path` (raw, without the query): its
-    /// match, or why its captures are malformed. A malformed capture does not fall through to a
-    /// later route: the request was meant for this one.
-    pub fn find(&self, path: &str) -> Result<Option<RouteMatch>, PathRefusal> {
+    /// The route of a request: the first, in file order, whose pattern matches the canonical
+    /// `path`, or why the path is refused. A malformed capture does not fall through to a later
+    /// route: the request was meant for this one.
+    ///
+    /// A path with `;` parameters is read both ways upstreams read it: literally (Flask, Express,
+    /// Go, nginx) and with the parameters stripped (Tomcat, Spring). When the stripped reading's
+    /// route says `path_parameters = "strip"`, the stripped path is routed and forwarded; else,
+    /// when either reading lands on a route that guards `method`, the request is refused.
+    pub fn find(
+        &self,
+        path: &CanonicalPath,
+        method: &Method,
+    ) -> Result<Option<RouteMatch>, PathRefusal> {
+        if !path.has_parameters() {
+            return self.first_match(path);
+        }
+        let stripped = self.first_match(&path.without_parameters())?;
+        if let Some(found) = &stripped {
+            if found.route.path_parameters == PathParameters::Strip {
+                return Ok(stripped);
+            }
+        }
+        let literal = self.first_match(path)?;
+        let guarded = |found: &Option<RouteMatch>| {
+            found.as_ref().is_some_and(|f| f.route.guards(method))
+        };
+        if guarded(&stripped) || guarded(&literal) {
+            return Err(PathRefusal::PathParameters);
+        }
+        Ok(literal)
+    }
+
+    fn first_match(&self, path: &CanonicalPath) -> Result<Option<RouteMatch>, PathRefusal> {
         for route in &self.routes {
-            if let Some(captures) = route.pattern.match_path(path)? {
+            if let Some(found) = route.pattern.match_path(path, route.case_sensitive)? {
                 return Ok(Some(RouteMatch {
                     route: Arc::clone(route),
-                    captures,
+                    captures: found.captures,
+                    path: found.path,
                 }));
             }
         }
@@ -131,17 +185,19 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
         ));
     }
     let fenced_methods = match &config.methods {
-        None => DEFAULT_FENCED_METHODS
-            .iter()
-            .map(|m| {
-                Method::from_bytes(m.as_bytes())
-                    .map_err(|e| error(config, "methods", e.to_string()))
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        Some(list) => list
-            .iter()
-            .map(|m| parse_method(config, m))
-            .collect::<Result<Vec<_>, _>>()?,
+        None => FencedMethods::AllButSafe,
+        Some(list) if list.is_empty() => {
+            return Err(error(
+                config,
+                "methods",
+                "an empty list fences nothing; leave `methods` out to fence every method but GET, HEAD, OPTIONS and TRACE, or set fence.mode = \"off\"",
+            ))
+        }
+        Some(list) => FencedMethods::Listed(
+            list.iter()
+                .map(|m| parse_method(config, m))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
     };
     let upstream =
         UpstreamTarget::parse(&config.upstream).map_err(|e| error(config, "upstream", e))?;
@@ -179,6 +235,8 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
         idempotency,
         name: config.name.clone(),
         pattern,
+        case_sensitive: config.case_sensitive,
+        path_parameters: config.path_parameters,
         fenced_methods,
         upstream,
         resource_key,
@@ -202,7 +260,7 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
 }
 
 fn parse_method(config: &RouteConfig, name: &str) -> Result<Method, RouteError> {
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_uppercase()) {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_uppercase() || b == b'-') {
         return Err(error(
             config,
             "methods",

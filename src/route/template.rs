@@ -49,10 +49,18 @@ pub enum TemplateError {
 /// Why a key could not be rendered for one request; the client's fault, answered with 400.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RenderError {
-    #[error("the resource key needs header {0}, which the request does not carry once and in visible ASCII")]
+    #[error("the resource key needs header {0}, which the request does not carry in visible ASCII")]
     MissingHeader(String),
+    #[error("the resource key needs header {0}, which the request carries more than once (or as a comma-separated list): upstreams differ on which value they read")]
+    RepeatedHeader(String),
+    #[error("the resource key needs header {0}, which is empty")]
+    EmptyHeader(String),
     #[error("the resource key needs query parameter {0:?}, which the request does not carry")]
     MissingQuery(String),
+    #[error("the resource key needs query parameter {0:?}, which the request carries more than once or in a form upstreams read differently (another letter case, `{0}[]`, `;` as separator, undecodable): they differ on which value they read")]
+    RepeatedQuery(String),
+    #[error("the resource key needs query parameter {0:?}, which is empty")]
+    EmptyQuery(String),
     #[error("the resource key is longer than {MAX_RESOURCE_KEY_LEN} bytes")]
     TooLong,
 }
@@ -101,11 +109,7 @@ impl KeyTemplate {
                 Part::Text(text) => key.push_str(text),
                 Part::Segment(name) => key.push_str(request.captures.get(name).unwrap_or_default()),
                 Part::Header(name) => key.push_str(single_header(request.headers, name)?),
-                Part::Query(name) => {
-                    let value = query_value(request.query, name)
-                        .ok_or_else(|| RenderError::MissingQuery(name.clone()))?;
-                    key.push_str(&value);
-                }
+                Part::Query(name) => key.push_str(&single_query_value(request.query, name)?),
             }
             if key.len() > MAX_RESOURCE_KEY_LEN {
                 return Err(RenderError::TooLong);
@@ -135,29 +139,82 @@ fn parse_placeholder<'a>(
     }
 }
 
+/// The one value of header `name`: present once, not a comma list, not empty, visible ASCII.
 fn single_header<'h>(
     headers: &'h HeaderMap,
     name: &http::HeaderName,
 ) -> Result<&'h str, RenderError> {
     let mut values = headers.get_all(name).iter();
-    let missing = || RenderError::MissingHeader(name.to_string());
-    let value = values.next().ok_or_else(missing)?;
+    let value = values
+        .next()
+        .ok_or_else(|| RenderError::MissingHeader(name.to_string()))?;
     if values.next().is_some() {
-        return Err(missing());
+        return Err(RenderError::RepeatedHeader(name.to_string()));
     }
-    let text = value.to_str().map_err(|_| missing())?.trim();
+    let text = value
+        .to_str()
+        .map_err(|_| RenderError::MissingHeader(name.to_string()))?
+        .trim();
     if text.is_empty() {
-        return Err(missing());
+        return Err(RenderError::EmptyHeader(name.to_string()));
+    }
+    // Frameworks join a repeated header's values with ", ": a list is a repeat in disguise.
+    if text.contains(',') {
+        return Err(RenderError::RepeatedHeader(name.to_string()));
     }
     Ok(text)
 }
 
-/// The first value of `name` in an `application/x-www-form-urlencoded` query, decoded.
-fn query_value(query: Option<&str>, name: &str) -> Option<String> {
-    query?.split('&').find_map(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (form_decode(k)? == name).then(|| form_decode(v)).flatten()
-    })
+/// The one value of `name` in an `application/x-www-form-urlencoded` query, decoded, read so that
+/// every upstream reads the same: Flask and Go take the first of repeated parameters, PHP and
+/// Rack the last, Spring joins them, Express makes an array of them and of `name[]`, ASP.NET
+/// compares names without case, and older parsers split on `;` too. So any second parameter
+/// that one of them would read as `name` is a repeat, and the value must be the same whether `;`
+/// separates or not.
+fn single_query_value(query: Option<&str>, name: &str) -> Result<String, RenderError> {
+    let repeated = || RenderError::RepeatedQuery(name.to_owned());
+    let mut found: Option<&str> = None;
+    for pair in query.unwrap_or("").split(['&', ';']) {
+        let raw_name = pair.split_once('=').map_or(pair, |(n, _)| n);
+        let Some(decoded) = form_decode(raw_name) else {
+            continue;
+        };
+        if !reads_as(&decoded, name) {
+            continue;
+        }
+        if decoded != name || found.is_some() {
+            return Err(repeated());
+        }
+        found = Some(pair);
+    }
+    let pair = found.ok_or_else(|| RenderError::MissingQuery(name.to_owned()))?;
+    // Split on '&' alone, the same parameter must end where it ended above.
+    if query
+        .unwrap_or("")
+        .split('&')
+        .all(|whole| whole != pair)
+    {
+        return Err(repeated());
+    }
+    let raw_value = pair.split_once('=').map_or("", |(_, v)| v);
+    let value = form_decode(raw_value).ok_or_else(repeated)?;
+    if value.is_empty() {
+        return Err(RenderError::EmptyQuery(name.to_owned()));
+    }
+    Ok(value)
+}
+
+/// Whether some upstream reads a parameter called `candidate` (decoded) as `name`: the same name
+/// in any letter case, with `.` or ' ' for '_' (PHP), or with a `[...]` suffix (PHP, Rack, qs).
+fn reads_as(candidate: &str, name: &str) -> bool {
+    let base = candidate.split_once('[').map_or(candidate, |(base, _)| base);
+    let php = |c: char| if c == '.' || c == ' ' { '_' } else { c };
+    base.len() == name.len()
+        && base
+            .chars()
+            .map(php)
+            .zip(name.chars().map(php))
+            .all(|(a, b)| a.eq_ignore_ascii_case(&b))
 }
 
 fn form_decode(raw: &str) -> Option<String> {
@@ -180,7 +237,8 @@ mod tests {
         query: Option<&str>,
     ) -> Result<String, RenderError> {
         let pattern = PathPattern::parse("/t/{tenant}/invoices/{id}").unwrap();
-        let captures = pattern.matches(path).unwrap();
+        let canonical = crate::route::canonicalize(path).unwrap();
+        let captures = pattern.match_path(&canonical, false).unwrap().unwrap().captures;
         let t = KeyTemplate::parse(template, pattern.param_names()).unwrap();
         t.render(&RequestParts {
             captures: &captures,
@@ -213,6 +271,50 @@ mod tests {
             render("{query:v}", "/t/a/invoices/1", &headers, Some("w=1")),
             Err(RenderError::MissingQuery(_))
         ));
+    }
+
+    #[test]
+    fn key_inputs_that_upstreams_could_read_differently_are_refused() {
+        let path = "/t/a/invoices/1";
+        let none = HeaderMap::new();
+        let query = |q: &str| render("{query:id}", path, &none, Some(q));
+        assert_eq!(query("id=7").unwrap(), "7");
+        assert_eq!(query("x=1&id=a+b%21").unwrap(), "a b!");
+        assert_eq!(query("i%64=7").unwrap(), "7");
+        for q in [
+            "id=7&id=42",
+            "id=7;id=42",
+            "id=7&i%64=42",
+            "id=7&ID=42",
+            "id=7&id[]=42",
+            "id[]=7",
+            "id[a]=7",
+            "ID=7",
+            "id=7;x=1",
+            "x=1;id=7",
+            "id=%ff",
+        ] {
+            assert_eq!(query(q), Err(RenderError::RepeatedQuery("id".into())), "{q}");
+        }
+        for q in ["id=", "id", "x=1&id=&y=2"] {
+            assert_eq!(query(q), Err(RenderError::EmptyQuery("id".into())), "{q}");
+        }
+        assert_eq!(query("x=7"), Err(RenderError::MissingQuery("id".into())));
+        let snake = render("{query:a_b}", path, &none, Some("a.b=1&a_b=2"));
+        assert_eq!(snake, Err(RenderError::RepeatedQuery("a_b".into())));
+
+        let header = |values: &[&str]| {
+            let mut headers = HeaderMap::new();
+            for v in values {
+                headers.append("x-tenant", v.parse().unwrap());
+            }
+            render("{header:X-Tenant}", path, &headers, None)
+        };
+        assert_eq!(header(&["acme"]).unwrap(), "acme");
+        assert!(matches!(header(&["a", "b"]), Err(RenderError::RepeatedHeader(_))));
+        assert!(matches!(header(&["a, b"]), Err(RenderError::RepeatedHeader(_))));
+        assert!(matches!(header(&[""]), Err(RenderError::EmptyHeader(_))));
+        assert!(matches!(header(&["  "]), Err(RenderError::EmptyHeader(_))));
     }
 
     #[test]

@@ -1,0 +1,105 @@
+//! The `Host` rules of RFC 9112 §3.2 and RFC 9113 §8.3.1: one `Host`, agreeing with the target's
+//! authority when the request carries one (absolute-form, or HTTP/2's `:authority`). An upstream
+//! that routes by host, or a `preserve_host` route, must not pick a different host than the one
+//! the gateway saw.
+
+use http::uri::Authority;
+use http::{header, Request, Version};
+
+/// Why a request's host was refused (400 `invalid-host`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HostRefusal {
+    #[error("the request carries more than one Host header")]
+    Repeated,
+    #[error("the HTTP/1.1 request carries no Host header")]
+    Missing,
+    #[error("the Host header is not a valid host[:port]")]
+    Invalid,
+    #[error("the Host header names another host than the request target's authority")]
+    Mismatch,
+}
+
+/// Checks a request's `Host` against the rules above.
+pub fn check_host<B>(request: &Request<B>) -> Result<(), HostRefusal> {
+    let mut hosts = request.headers().get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Err(HostRefusal::Repeated);
+    }
+    let target = request.uri().authority();
+    let Some(host) = host else {
+        // HTTP/1.0 may omit Host; HTTP/2 names its authority in `:authority`.
+        return match (request.version(), target) {
+            (Version::HTTP_11, None) => Err(HostRefusal::Missing),
+            _ => Ok(()),
+        };
+    };
+    let host: Authority = host
+        .to_str()
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .ok_or(HostRefusal::Invalid)?;
+    if host.as_str().contains('@') {
+        return Err(HostRefusal::Invalid);
+    }
+    match target {
+        Some(target) if !target.as_str().eq_ignore_ascii_case(host.as_str()) => {
+            Err(HostRefusal::Mismatch)
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(target: &str, version: Version, hosts: &[&str]) -> Request<()> {
+        let mut builder = Request::builder().uri(target).version(version);
+        for host in hosts {
+            builder = builder.header(header::HOST, *host);
+        }
+        builder.body(()).unwrap()
+    }
+
+    #[test]
+    fn one_host_that_agrees_with_the_target_passes() {
+        let ok = [
+            request("/a", Version::HTTP_11, &["example.com"]),
+            request("/a", Version::HTTP_11, &["example.com:8080"]),
+            request("http://Example.com/a", Version::HTTP_11, &["example.COM"]),
+            request("http://example.com/a", Version::HTTP_2, &[]),
+            request("/a", Version::HTTP_10, &[]),
+        ];
+        for r in ok {
+            assert_eq!(check_host(&r), Ok(()), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn repeated_missing_invalid_or_disagreeing_hosts_are_refused() {
+        let cases = [
+            (request("/a", Version::HTTP_11, &["a", "a"]), HostRefusal::Repeated),
+            (request("/a", Version::HTTP_11, &["a", "b"]), HostRefusal::Repeated),
+            (request("/a", Version::HTTP_11, &[]), HostRefusal::Missing),
+            (request("/a", Version::HTTP_11, &["a b"]), HostRefusal::Invalid),
+            (request("/a", Version::HTTP_11, &["u@a"]), HostRefusal::Invalid),
+            (request("/a", Version::HTTP_11, &["a/b"]), HostRefusal::Invalid),
+            (
+                request("http://other/a", Version::HTTP_11, &["a"]),
+                HostRefusal::Mismatch,
+            ),
+            (
+                request("http://a:81/a", Version::HTTP_11, &["a"]),
+                HostRefusal::Mismatch,
+            ),
+            (
+                request("http://a/x", Version::HTTP_2, &["b"]),
+                HostRefusal::Mismatch,
+            ),
+        ];
+        for (r, why) in cases {
+            assert_eq!(check_host(&r), Err(why), "{r:?}");
+        }
+    }
+}

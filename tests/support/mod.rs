@@ -9,6 +9,7 @@ pub mod client;
 pub mod contract;
 pub mod fault_checks;
 pub mod fault_upstream;
+pub mod frameworks;
 pub mod gateway;
 pub mod history;
 pub mod intent_contract;

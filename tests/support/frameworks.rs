@@ -1,0 +1,272 @@
+//! Real, unmodified upstream frameworks for the differential tests (`tests/upstreams/`): Flask,
+//! Express and Go's net/http, each recording which resource it applied a write to, and nginx's
+//! WebDAV module, whose files are the record. `scripts/test.sh` installs them; a missing one
+//! fails the test that needs it.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::process::free_port;
+use super::send;
+
+/// How long a framework may take to accept connections (Go compiles first).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framework {
+    Flask,
+    Express,
+    GoNetHttp,
+    NginxDav,
+}
+
+impl Framework {
+    pub fn name(self) -> &'static str {
+        match self {
+            Framework::Flask => "flask",
+            Framework::Express => "express",
+            Framework::GoNetHttp => "go-net-http",
+            Framework::NginxDav => "nginx-dav",
+        }
+    }
+}
+
+/// One write a framework applied: the resource it names it by (`invoice:1`, `file:acct1`,
+/// `other:/x`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub resource: String,
+    pub method: String,
+}
+
+/// A running framework upstream.
+pub struct FrameworkUpstream {
+    pub framework: Framework,
+    pub addr: SocketAddr,
+    child: Child,
+    /// nginx: where its files live; the others: scratch space (the Go binary).
+    dir: tempfile::TempDir,
+    /// Flask/Express/Go: how many records were already returned.
+    seen: usize,
+    /// nginx: the files as last seen.
+    files: BTreeMap<PathBuf, Vec<u8>>,
+}
+
+fn upstreams_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstreams")
+}
+
+fn spawn(command: &mut Command, what: &str) -> Child {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("{what} could not be started ({e}); run tests/upstreams/install.sh (scripts/test.sh does)")
+        })
+}
+
+impl FrameworkUpstream {
+    pub async fn start(framework: Framework) -> FrameworkUpstream {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let addr = free_port();
+        let port = addr.port().to_string();
+        let here = upstreams_dir();
+        let child = match framework {
+            Framework::Flask => spawn(
+                Command::new("python3")
+                    .arg(here.join("flask_app.py"))
+                    .arg(&port),
+                "python3 with Flask",
+            ),
+            Framework::Express => spawn(
+                Command::new("node")
+                    .arg(here.join("express_app.js"))
+                    .arg(&port),
+                "node with Express",
+            ),
+            Framework::GoNetHttp => {
+                let binary = dir.path().join("go_app");
+                let built = Command::new("go")
+                    .arg("build")
+                    .arg("-o")
+                    .arg(&binary)
+                    .arg(here.join("go_app.go"))
+                    .env("GOCACHE", Path::new(env!("CARGO_TARGET_TMPDIR")).join("gocache"))
+                    .env("GOFLAGS", "-mod=mod")
+                    .status()
+                    .unwrap_or_else(|e| {
+                        panic!("go could not be run ({e}); run tests/upstreams/install.sh")
+                    });
+                assert!(built.success(), "go build of tests/upstreams/go_app.go failed");
+                spawn(Command::new(&binary).arg(&port), "the Go upstream")
+            }
+            Framework::NginxDav => {
+                let prefix = dir.path().join("nginx");
+                let root = dir.path().join("root");
+                std::fs::create_dir_all(root.join("files/ledger")).expect("nginx root");
+                std::fs::create_dir_all(root.join("files/public")).expect("nginx root");
+                std::fs::create_dir_all(&prefix).expect("nginx prefix");
+                let template =
+                    std::fs::read_to_string(here.join("nginx_dav.conf")).expect("nginx template");
+                let conf = template
+                    .replace("@PORT@", &port)
+                    .replace("@ROOT@", &root.to_string_lossy())
+                    .replace("@PREFIX@", &prefix.to_string_lossy());
+                let conf_path = prefix.join("nginx.conf");
+                std::fs::write(&conf_path, conf).expect("nginx conf");
+                spawn(
+                    Command::new("nginx")
+                        .arg("-p")
+                        .arg(&prefix)
+                        .arg("-e")
+                        .arg(prefix.join("error.log"))
+                        .arg("-c")
+                        .arg(&conf_path)
+                        .arg("-g")
+                        .arg("daemon off;"),
+                    "nginx",
+                )
+            }
+        };
+        let mut upstream = FrameworkUpstream {
+            framework,
+            addr,
+            child,
+            dir,
+            seen: 0,
+            files: BTreeMap::new(),
+        };
+        upstream.wait_ready().await;
+        upstream.files = upstream.snapshot();
+        upstream
+    }
+
+    async fn wait_ready(&mut self) {
+        let started = Instant::now();
+        loop {
+            if tokio::net::TcpStream::connect(self.addr).await.is_ok() {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "{} exited at start ({status}); run tests/upstreams/install.sh",
+                    self.framework.name()
+                );
+            }
+            assert!(
+                started.elapsed() < STARTUP_TIMEOUT,
+                "{} did not accept connections within {STARTUP_TIMEOUT:?}",
+                self.framework.name()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// nginx: writes `content` to a file under its root directly (not through the gateway).
+    pub fn seed_file(&mut self, relative: &str, content: &str) {
+        let path = self.root().join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("seed dir");
+        }
+        std::fs::write(&path, content).expect("seed file");
+        self.files = self.snapshot();
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    /// The writes applied since the last call.
+    pub async fn applied_since(&mut self) -> Vec<Applied> {
+        if self.framework == Framework::NginxDav {
+            let now = self.snapshot();
+            let mut changed = Vec::new();
+            for (path, content) in &now {
+                if self.files.get(path) != Some(content) {
+                    changed.push(file_resource(path, "changed"));
+                }
+            }
+            for path in self.files.keys() {
+                if !now.contains_key(path) {
+                    changed.push(file_resource(path, "removed"));
+                }
+            }
+            self.files = now;
+            return changed;
+        }
+        let reply = send("GET", &self.url("/_record"), &[], "").await;
+        assert_eq!(reply.status, 200, "{} /_record", self.framework.name());
+        let records = reply.json();
+        let records = records.as_array().expect("records are an array");
+        let fresh = records[self.seen..]
+            .iter()
+            .map(|r| Applied {
+                resource: r["resource"].as_str().unwrap_or_default().to_owned(),
+                method: r["method"].as_str().unwrap_or_default().to_owned(),
+            })
+            .collect();
+        self.seen = records.len();
+        fresh
+    }
+
+    /// Every file under nginx's root, by path relative to it, with its content.
+    fn snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        let mut files = BTreeMap::new();
+        if self.framework != Framework::NginxDav {
+            return files;
+        }
+        let root = self.root();
+        let mut pending = vec![root.clone()];
+        while let Some(dir) = pending.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    // An empty directory (MKCOL) is a resource too.
+                    files.insert(
+                        path.strip_prefix(&root).expect("under root").to_owned(),
+                        b"<dir>".to_vec(),
+                    );
+                    pending.push(path);
+                } else if let Ok(content) = std::fs::read(&path) {
+                    files.insert(
+                        path.strip_prefix(&root).expect("under root").to_owned(),
+                        content,
+                    );
+                }
+            }
+        }
+        files
+    }
+}
+
+/// nginx's resource for a file: `file:NAME` for `files/ledger/NAME`, else `other:/PATH`.
+fn file_resource(relative: &Path, how: &str) -> Applied {
+    let text = relative.to_string_lossy();
+    let resource = match text.strip_prefix("files/ledger/") {
+        Some(name) if !name.contains('/') => format!("file:{name}"),
+        _ => format!("other:/{text}"),
+    };
+    Applied {
+        resource,
+        method: how.to_owned(),
+    }
+}
+
+impl Drop for FrameworkUpstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

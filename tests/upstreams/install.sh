@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Installs, only where missing, what the differential test's upstreams need:
+#   nginx (Debian, with the DAV module), golang-go (Debian), Flask 3 (pip), Express 5 (npm).
+# Idempotent; runnable from any directory. Prints one line per tool and exits non-zero, naming
+# what failed, if any install fails.
+set -u
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here/../.." || { echo "install.sh: cannot cd to the repository root" >&2; exit 1; }
+
+failed=()
+apt_updated=0
+
+apt_install() {
+  if [ "$apt_updated" = 0 ]; then
+    apt-get -o DPkg::Lock::Timeout=600 update -qq || return 1
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@" \
+    >/dev/null || return 1
+}
+
+# nginx, with the WebDAV module built in.
+if command -v nginx >/dev/null 2>&1; then
+  state=present
+elif apt_install nginx && command -v nginx >/dev/null 2>&1; then
+  state=installed
+else
+  state=failed
+fi
+if [ "$state" = failed ]; then
+  echo "nginx: FAILED to install (apt-get install nginx)"
+  failed+=(nginx)
+elif ! nginx -V 2>&1 | grep -q -- '--with-http_dav_module'; then
+  echo "nginx: $state but built without --with-http_dav_module (nginx -V); the DAV upstream cannot run"
+  failed+=(nginx-dav)
+else
+  echo "nginx: $state ($(nginx -v 2>&1 | sed 's/^nginx version: //'), dav module built in)"
+fi
+
+# Go toolchain (standard library only; Debian's golang-go).
+if command -v go >/dev/null 2>&1; then
+  echo "go: present ($(go version | awk '{print $3}'))"
+elif apt_install golang-go && command -v go >/dev/null 2>&1; then
+  echo "go: installed ($(go version | awk '{print $3}'))"
+else
+  echo "go: FAILED to install (apt-get install golang-go)"
+  failed+=(go)
+fi
+
+# Flask 3 for the python3 on PATH.
+flask_version() { python3 -c 'import importlib.metadata as m; print(m.version("flask"))' 2>/dev/null; }
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "flask: FAILED: no python3 on PATH"
+  failed+=(flask)
+elif python3 -c 'import flask' >/dev/null 2>&1; then
+  echo "flask: present ($(flask_version))"
+else
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    apt_install python3-pip >/dev/null 2>&1 || true
+  fi
+  # A Debian system python refuses plain pip installs (PEP 668); retry with the override there.
+  if { python3 -m pip install -q 'flask>=3' || python3 -m pip install -q --break-system-packages 'flask>=3'; } \
+      && python3 -c 'import flask' >/dev/null 2>&1; then
+    echo "flask: installed ($(flask_version))"
+  else
+    echo "flask: FAILED to install (python3 -m pip install flask)"
+    failed+=(flask)
+  fi
+fi
+
+# Express 5 into tests/upstreams/node_modules.
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+  apt_install nodejs npm >/dev/null 2>&1 || true
+fi
+express_version() {
+  node -p 'require("./tests/upstreams/node_modules/express/package.json").version' 2>/dev/null
+}
+if ! command -v npm >/dev/null 2>&1; then
+  echo "express: FAILED: no node/npm (apt-get install nodejs npm failed)"
+  failed+=(express)
+elif [ -f tests/upstreams/node_modules/express/package.json ]; then
+  echo "express: present ($(express_version))"
+else
+  if [ -f tests/upstreams/package-lock.json ]; then
+    npm_cmd=(npm ci --prefix tests/upstreams --no-audit --no-fund --loglevel=error)
+  else
+    npm_cmd=(npm install --prefix tests/upstreams --no-audit --no-fund --loglevel=error)
+  fi
+  if "${npm_cmd[@]}" >/dev/null && [ -f tests/upstreams/node_modules/express/package.json ]; then
+    echo "express: installed ($(express_version))"
+  else
+    echo "express: FAILED to install (${npm_cmd[*]})"
+    failed+=(express)
+  fi
+fi
+
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "install.sh: could not provide: ${failed[*]}" >&2
+  exit 1
+fi
+exit 0

@@ -10,7 +10,7 @@ seconds=${1:-600}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(fence_token config_load route_match key_template)
+  targets=(fence_token config_load route_match key_template canonical_path)
 fi
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
   echo "installing cargo-fuzz from crates.io"

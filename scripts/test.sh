@@ -12,10 +12,14 @@ if ! command -v promtool >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) \
     || echo "promtool could not be installed; the metrics test will fail"
 fi
+# The differential tests run real upstream frameworks: nginx, Go, Flask and Express.
+if ! tests/upstreams/install.sh; then
+  echo "the differential tests' upstreams could not all be installed; those tests will fail"
+fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --locked "$@" 2>&1 | tee "$log" || status=$?
+cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "total: %d passed, %d failed\n", p, f }' "$log"
 exit "$status"

@@ -6,10 +6,10 @@ use std::time::Duration;
 use http::{header, HeaderName, HeaderValue, Response, StatusCode};
 
 use crate::fence::{SignatureError, TokenError};
+use crate::gateway::{DestinationRefusal, HostRefusal};
 use crate::problem::Problem;
 use crate::proxy::ProxyBody;
 use crate::request_id::RequestId;
-use crate::gateway::{DestinationRefusal, HostRefusal};
 use crate::route::{MethodRefusal, PathRefusal, RenderError};
 use crate::store::StoreError;
 
@@ -43,6 +43,8 @@ pub enum GatewayError {
     InvalidHost(HostRefusal),
     #[error("{0}")]
     Destination(DestinationRefusal),
+    #[error("the path may name a collection holding resources of fenced route {route}; write them there with their own tokens instead")]
+    FencedCollection { route: String },
     #[error("the claim path names no valid resource key")]
     BadClaimKey,
     #[error(
@@ -173,6 +175,11 @@ impl GatewayError {
                 StatusCode::FORBIDDEN,
                 "fenced-destination",
                 "Destination on a fenced route",
+            ),
+            GatewayError::FencedCollection { .. } => (
+                StatusCode::FORBIDDEN,
+                "fenced-collection",
+                "Collection holding fenced resources",
             ),
             GatewayError::Destination(_) => (
                 StatusCode::BAD_REQUEST,

@@ -11,12 +11,12 @@ mod support;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
-use support::frameworks::{Applied, Framework, FrameworkUpstream};
-use support::raw::exchange;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use support::frameworks::{Applied, Framework, FrameworkUpstream};
+use support::raw::exchange;
 use support::{send, TestGateway};
 
 /// The mark every fenced key is claimed at before the stale variants.
@@ -86,7 +86,11 @@ fn variant(name: &str, method: &str, target: &str, headers: &[(&str, &str)]) -> 
 /// Every variant for one framework shape; `host` is the gateway's address as clients name it.
 fn variants(shape: &Shape, host: &str) -> Vec<Variant> {
     let Shape {
-        pre, lit, id, source, ..
+        pre,
+        lit,
+        id,
+        source,
+        ..
     } = shape;
     let hex = |c: u8| format!("%{c:02X}");
     let (lit_first, lit_rest) = lit.split_at(1);
@@ -98,18 +102,46 @@ fn variants(shape: &Shape, host: &str) -> Vec<Variant> {
             .replace("{pre}", pre)
             .replace("{Lit}", &title)
             .replace("{LIT}", &lit.to_uppercase())
-            .replace("{lit%first}", &format!("{}{lit_rest}", hex(lit_first.as_bytes()[0])))
-            .replace("{lit%last}", &format!("{lit_init}{}", hex(lit_last.as_bytes()[0])))
-            .replace("{id%first}", &format!("{}{id_rest}", hex(id_first.as_bytes()[0])))
-            .replace("{id%digits}", &format!("{:02X}{id_rest}", id_first.as_bytes()[0]))
+            .replace(
+                "{lit%first}",
+                &format!("{}{lit_rest}", hex(lit_first.as_bytes()[0])),
+            )
+            .replace(
+                "{lit%last}",
+                &format!("{lit_init}{}", hex(lit_last.as_bytes()[0])),
+            )
+            .replace(
+                "{id%first}",
+                &format!("{}{id_rest}", hex(id_first.as_bytes()[0])),
+            )
+            .replace(
+                "{id%digits}",
+                &format!("{:02X}{id_rest}", id_first.as_bytes()[0]),
+            )
             .replace("{lit}", lit)
             .replace("{id}", id)
     };
     let base = path("{pre}{lit}/{id}");
     let mut all = Vec::new();
     for method in [
-        "PUT", "put", "Put", "post", "PoSt", "delete", "PATCH", "patch", "MOVE", "move", "COPY",
-        "MERGE", "PROPPATCH", "LOCK", "MKCOL", "FOO", "get", "options",
+        "PUT",
+        "put",
+        "Put",
+        "post",
+        "PoSt",
+        "delete",
+        "PATCH",
+        "patch",
+        "MOVE",
+        "move",
+        "COPY",
+        "MERGE",
+        "PROPPATCH",
+        "LOCK",
+        "MKCOL",
+        "FOO",
+        "get",
+        "options",
     ] {
         all.push(variant(&format!("method {method}"), method, &base, &[]));
     }
@@ -153,11 +185,21 @@ fn variants(shape: &Shape, host: &str) -> Vec<Variant> {
         let target = format!("http://{authority}/{}", base.trim_start_matches('/'));
         all.push(variant(&format!("absolute {target}"), "PUT", &target, &[]));
         let doubled = format!("http://{authority}/{base}");
-        all.push(variant(&format!("absolute {doubled}"), "PUT", &doubled, &[]));
+        all.push(variant(
+            &format!("absolute {doubled}"),
+            "PUT",
+            &doubled,
+            &[],
+        ));
     }
     // Hosts.
     let other = format!("http://other.example{base}");
-    all.push(variant("absolute-form, another authority than Host", "PUT", &other, &[]));
+    all.push(variant(
+        "absolute-form, another authority than Host",
+        "PUT",
+        &other,
+        &[],
+    ));
     all.push(variant(
         "two Host headers",
         "PUT",
@@ -187,6 +229,56 @@ fn variants(shape: &Shape, host: &str) -> Vec<Variant> {
             ));
         }
     }
+    // Collections holding the fenced resource: deleting or moving them, or writing onto them.
+    for target in [
+        path("{pre}{lit}/"),
+        path("{pre}{lit}"),
+        path("{pre}{Lit}//"),
+    ] {
+        all.push(variant(
+            &format!("DELETE collection {target}"),
+            "DELETE",
+            &target,
+            &[],
+        ));
+        all.push(variant(
+            &format!("MOVE collection {target}"),
+            "MOVE",
+            &target,
+            &[("Destination", &path("{pre}public/gone/"))],
+        ));
+    }
+    for destination in [
+        path("{pre}{lit}/"),
+        path("{pre}{lit};x/{id}"),
+        path("{pre}{lit}/{id};v=1"),
+    ] {
+        all.push(variant(
+            &format!("COPY {source} -> {destination}"),
+            "COPY",
+            source,
+            &[("Destination", &destination), ("Overwrite", "T")],
+        ));
+    }
+    // Other ways of naming another path or method than the request line's.
+    all.push(variant(
+        "X-Original-URL onto the fenced path",
+        "PUT",
+        &path("{pre}public/x"),
+        &[("X-Original-URL", &base), ("X-Rewrite-URL", &base)],
+    ));
+    all.push(variant(
+        "X-HTTP-Method-Override",
+        "POST",
+        &base,
+        &[("X-HTTP-Method-Override", "PUT")],
+    ));
+    all.push(variant(
+        "format suffix .json",
+        "PUT",
+        &format!("{base}.json"),
+        &[],
+    ));
     // Control: a destination no route fences is forwarded and applied.
     let elsewhere = path("{pre}public/moved");
     all.push(variant(
@@ -216,6 +308,10 @@ fn variants(shape: &Shape, host: &str) -> Vec<Variant> {
             "ID=42&id=7",
             "x=1;id=7",
             "id=7&x=1",
+            "id=7&+id=42",
+            "id=7&[id]=42",
+            "id=7&id]=42",
+            "id=7&id%00=42",
         ] {
             all.push(variant(
                 &format!("query ?{query}"),
@@ -224,6 +320,18 @@ fn variants(shape: &Shape, host: &str) -> Vec<Variant> {
                 &[],
             ));
         }
+        all.push(variant(
+            "form body overriding the query",
+            "PUT",
+            "/accounts?id=7",
+            &[("Content-Type", "application/x-www-form-urlencoded")],
+        ));
+        all.push(variant(
+            "X_Tenant beside X-Tenant",
+            "PUT",
+            "/docs/1",
+            &[("X-Tenant", "acme"), ("X_Tenant", "evil")],
+        ));
         for tenant in [
             vec!["acme"],
             vec!["acme", "evil"],
@@ -309,7 +417,12 @@ async fn send_variant(
     if variant.h2 {
         let url = format!("http://{gateway}{}", variant.target);
         let mut headers: Vec<(&str, &str)> = vec![("x-fence", &token)];
-        headers.extend(variant.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+        headers.extend(
+            variant
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str())),
+        );
         return send_h2_variant(&variant.method, &url, &headers, body).await;
     }
     let mut head = format!("{} {} HTTP/1.1\r\n", variant.method, variant.target);
@@ -418,6 +531,10 @@ async fn differential(framework: Framework) -> String {
         .await;
         assert_eq!(claim.status, 200, "claim {key}");
     }
+    if framework == Framework::NginxDav {
+        // The fenced file exists from the start, so deleting or overwriting it shows.
+        upstream.seed_file("files/ledger/acct1", "initial");
+    }
     let shape = if framework == Framework::NginxDav {
         &DAV_SHAPE
     } else {
@@ -457,7 +574,11 @@ async fn differential(framework: Framework) -> String {
                 // I1 on the framework's record: the key of the resource it wrote was fenced
                 // with this request's token (its mark is this token), so no newer holder's
                 // mark was passed over.
-                let mark = gateway.store().current(&write.resource).await.expect("mark");
+                let mark = gateway
+                    .store()
+                    .current(&write.resource)
+                    .await
+                    .expect("mark");
                 if mark != Some(token) {
                     violations.push(format!(
                         "{pass} {:?}: {} applied {} to {} with token {token}, whose mark is {mark:?}",
@@ -483,13 +604,22 @@ async fn differential(framework: Framework) -> String {
             };
             *tally.entry((pass.to_owned(), kind)).or_default() += 1;
             outcomes.push(outcome.clone());
-            let _ = writeln!(report, "{pass:5} | {:60} | {}", variant.name, outcome.label());
+            let _ = writeln!(
+                report,
+                "{pass:5} | {:60} | {}",
+                variant.name,
+                outcome.label()
+            );
         }
     }
     // The check must be able to see a write: the plain `PUT` (the first variant) is refused when
     // stale and applied under its key when fresh.
     let key = claimed_keys(framework)[0].to_owned();
-    assert_eq!(outcomes[0], Outcome::Refused(409), "stale plain PUT\n{report}");
+    assert_eq!(
+        outcomes[0],
+        Outcome::Refused(409),
+        "stale plain PUT\n{report}"
+    );
     assert_eq!(
         outcomes[all.len()],
         Outcome::AppliedFenced(vec![key]),

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use fencegate::config::parse_str;
-use fencegate::route::{RequestParts, RouteTable, RESERVED_PREFIX};
+use fencegate::route::{canonicalize, RequestParts, RouteTable, RESERVED_PREFIX};
 use http::{HeaderMap, Method};
 use libfuzzer_sys::fuzz_target;
 
@@ -73,13 +73,26 @@ fuzz_target!(|data: &[u8]| {
     let table = TABLE_COMPILED.get_or_init(compile_table);
     let method = Method::from_bytes(METHODS[usize::from(selector) % METHODS.len()].as_bytes())
         .unwrap_or(Method::GET);
-    let found = table.find(path);
+    let Ok(canonical) = canonicalize(path) else {
+        return;
+    };
+    let Ok(found) = table.find(&canonical, &method) else {
+        return;
+    };
     if path.starts_with(RESERVED_PREFIX) {
         assert!(found.is_none(), "reserved path {path:?} was routed");
     }
+    let matches = |route: &fencegate::route::CompiledRoute| {
+        route
+            .pattern
+            .match_path(&canonical, route.case_sensitive)
+            .ok()
+            .flatten()
+            .is_some()
+    };
     let Some(routed) = found else {
         // No route matched: none of them matches on its own either.
-        assert!(table.routes().all(|r| r.pattern.matches(path).is_none()));
+        assert!(table.routes().all(|r| !matches(r)));
         return;
     };
     // The match is the first route, in file order, whose pattern matches.
@@ -87,12 +100,11 @@ fuzz_target!(|data: &[u8]| {
         if route.name == routed.route.name {
             break;
         }
-        assert!(
-            route.pattern.matches(path).is_none(),
-            "{path:?}: earlier route {} matches",
-            route.name
-        );
+        assert!(!matches(route), "{path:?}: earlier route {} matches", route.name);
     }
+    // What is forwarded is canonical too, and routes to the same route.
+    let forwarded = canonicalize(&routed.path).expect("the forwarded path is canonical");
+    assert_eq!(forwarded.as_str(), routed.path, "{path:?}");
     // Every name the pattern captures has a value, non-empty.
     for name in routed.route.pattern.param_names() {
         let value = routed.captures.get(name);

@@ -280,6 +280,15 @@ pub struct RouteConfig {
     /// and forwarding.
     #[serde(default)]
     pub path_parameters: PathParameters,
+    /// A last path segment with a `.suffix` on this route (`/invoices/7.json`), which Rails and
+    /// older Spring read as a format of `/invoices/7`: refused, or read literally.
+    #[serde(default)]
+    pub format_suffix: FormatSuffix,
+    /// DELETE or MOVE of a path this `{*rest}` route matches, or MOVE/COPY onto one, which acts
+    /// on a whole collection when the path is one: refused, or allowed (the upstream has no
+    /// collections below this route).
+    #[serde(default)]
+    pub collection_writes: CollectionWrites,
     pub upstream: String,
     #[serde(default)]
     pub resource_key: Option<String>,
@@ -403,6 +412,29 @@ pub enum PathParameters {
     Refuse,
     /// Remove every segment's parameters, then match, key and forward the path without them.
     Strip,
+}
+
+/// What a route does with a `.suffix` in a request's last path segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatSuffix {
+    /// 400 `invalid-path` when the route guards the method and the path without the suffix is
+    /// another resource of a guarded route.
+    #[default]
+    Refuse,
+    /// The suffix is part of the segment (file names, dotted identifiers).
+    Literal,
+}
+
+/// What a `{*rest}` route does with writes that may act on a whole collection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CollectionWrites {
+    /// 403 `fenced-collection`: each resource below has a key of its own.
+    #[default]
+    Refuse,
+    /// The upstream has no collections below this route.
+    Allow,
 }
 
 /// Whether writes of one key may be in flight to the upstream together (I4).

@@ -5,9 +5,9 @@
 //! looked.
 
 use http::uri::{Scheme, Uri};
-use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::config::FenceMode;
+use crate::config::PathParameters;
 use crate::route::{canonicalize, PathRefusal, RouteTable};
 
 /// The header MOVE and COPY name their target in.
@@ -24,7 +24,7 @@ pub enum DestinationRefusal {
     OtherHost,
     #[error("the Destination header's path: {0}")]
     Path(PathRefusal),
-    #[error("the Destination header names a resource of fenced route {route}; write it there with its own token instead")]
+    #[error("the Destination header names a resource of fenced route {route}, or a collection holding some; write them there with their own tokens instead")]
     Fenced { route: String },
 }
 
@@ -33,7 +33,6 @@ pub enum DestinationRefusal {
 pub fn check_destination(
     headers: &HeaderMap,
     host: Option<&str>,
-    method: &Method,
     table: &RouteTable,
 ) -> Result<Option<HeaderValue>, DestinationRefusal> {
     let mut values = headers.get_all(DESTINATION).iter();
@@ -46,21 +45,33 @@ pub fn check_destination(
     let text = value.to_str().map_err(|_| DestinationRefusal::Unreadable)?;
     let (origin, raw_path) = split_destination(text, host)?;
     let path = canonicalize(raw_path).map_err(DestinationRefusal::Path)?;
-    let found = table
-        .find(&path, method)
-        .map_err(DestinationRefusal::Path)?;
-    let canonical = match &found {
-        // Whatever the route fences, a MOVE or COPY onto it is a write there.
-        Some(found)
-            if found.route.fence.mode != FenceMode::Off || found.route.idempotency.is_some() =>
-        {
-            return Err(DestinationRefusal::Fenced {
-                route: found.route.name.clone(),
-            })
+    // Both readings of `;` parameters, whatever the request's method: what the destination
+    // names is written.
+    let stripped = path.has_parameters().then(|| path.without_parameters());
+    let mut readings = vec![&path];
+    readings.extend(stripped.as_ref());
+    let mut forward = None;
+    for (i, reading) in readings.iter().enumerate() {
+        let found = table
+            .first_match(reading)
+            .map_err(DestinationRefusal::Path)?;
+        let fenced = |route: &crate::route::CompiledRoute| DestinationRefusal::Fenced {
+            route: route.name.clone(),
+        };
+        if let Some(route) = table.collection_guard(reading) {
+            return Err(fenced(route));
         }
-        Some(found) => found.path.as_str(),
-        None => path.as_str(),
-    };
+        match found {
+            // Whatever the route fences, a MOVE or COPY onto it is a write there.
+            Some(found) if found.route.is_guarded() => return Err(fenced(&found.route)),
+            Some(found) if i == 1 && found.route.path_parameters == PathParameters::Strip => {
+                forward = Some(found.path);
+            }
+            Some(found) if i == 0 => forward = Some(found.path),
+            _ => {}
+        }
+    }
+    let canonical = forward.unwrap_or_else(|| path.as_str().to_owned());
     HeaderValue::from_str(&format!("{origin}{canonical}"))
         .map(Some)
         .map_err(|_| DestinationRefusal::Unreadable)
@@ -84,13 +95,16 @@ fn split_destination<'a>(
     if (*scheme != Scheme::HTTP && *scheme != Scheme::HTTPS) || uri.query().is_some() {
         return Err(DestinationRefusal::Unreadable);
     }
-    if !host.is_some_and(|host| host.eq_ignore_ascii_case(authority.as_str())) {
+    if !host.is_some_and(|host| super::host::same_authority(host, authority.as_str())) {
         return Err(DestinationRefusal::OtherHost);
     }
     // The path as the text spells it (the parsed URI would have added a '/' to an empty one).
     let start = text.find("://").map_or(0, |at| at + 3) + authority.as_str().len();
     let path = &text[start..];
-    Ok((format!("{scheme}://{authority}"), if path.is_empty() { "/" } else { path }))
+    Ok((
+        format!("{scheme}://{authority}"),
+        if path.is_empty() { "/" } else { path },
+    ))
 }
 
 #[cfg(test)]
@@ -123,7 +137,7 @@ mode = "off"
     fn check(destination: &str) -> Result<Option<HeaderValue>, DestinationRefusal> {
         let mut headers = HeaderMap::new();
         headers.insert(DESTINATION, HeaderValue::from_str(destination).unwrap());
-        check_destination(&headers, Some("gw:8080"), &Method::from_bytes(b"MOVE").unwrap(), &table())
+        check_destination(&headers, Some("gw:8080"), &table())
     }
 
     #[test]
@@ -147,6 +161,25 @@ mode = "off"
     }
 
     #[test]
+    fn collections_holding_fenced_resources_are_refused_too() {
+        for destination in [
+            "/files/ledger/",
+            "/files",
+            "/",
+            "/files/ledger;x/acct1",
+            "/files/ledger/acct1;v=1",
+        ] {
+            assert_eq!(
+                check(destination),
+                Err(DestinationRefusal::Fenced {
+                    route: "ledger".into()
+                }),
+                "{destination}"
+            );
+        }
+    }
+
+    #[test]
     fn other_destinations_are_forwarded_canonical() {
         assert_eq!(
             check("/files//public/%61").unwrap().unwrap(),
@@ -156,14 +189,20 @@ mode = "off"
             check("http://gw:8080/files//x").unwrap().unwrap(),
             "http://gw:8080/files/x"
         );
-        assert_eq!(check("http://gw:8080").unwrap().unwrap(), "http://gw:8080/");
+        assert_eq!(
+            check("/files/public/a;b").unwrap().unwrap(),
+            "/files/public/a;b"
+        );
     }
 
     #[test]
     fn unreadable_destinations_are_refused() {
         assert_eq!(check("http://other/x"), Err(DestinationRefusal::OtherHost));
         assert_eq!(check("files/x"), Err(DestinationRefusal::Unreadable));
-        assert_eq!(check("ftp://gw:8080/x"), Err(DestinationRefusal::Unreadable));
+        assert_eq!(
+            check("ftp://gw:8080/x"),
+            Err(DestinationRefusal::Unreadable)
+        );
         assert_eq!(check("/x?y=1"), Err(DestinationRefusal::Unreadable));
         assert_eq!(
             check("/public/../files/ledger/acct1"),
@@ -173,7 +212,7 @@ mode = "off"
         two.append(DESTINATION, HeaderValue::from_static("/a"));
         two.append(DESTINATION, HeaderValue::from_static("/b"));
         assert_eq!(
-            check_destination(&two, None, &Method::PUT, &table()),
+            check_destination(&two, None, &table()),
             Err(DestinationRefusal::Repeated)
         );
     }

@@ -43,11 +43,27 @@ pub fn check_host<B>(request: &Request<B>) -> Result<(), HostRefusal> {
         return Err(HostRefusal::Invalid);
     }
     match target {
-        Some(target) if !target.as_str().eq_ignore_ascii_case(host.as_str()) => {
+        Some(target) if !same_authority(target.as_str(), host.as_str()) => {
             Err(HostRefusal::Mismatch)
         }
         _ => Ok(()),
     }
+}
+
+/// Whether two authorities name the same host and port: compared without case, a default port
+/// (`:80`, `:443`) written on one side and not the other being the same.
+pub fn same_authority(a: &str, b: &str) -> bool {
+    let bare = |text: &str| {
+        let text = text.to_ascii_lowercase();
+        match text
+            .strip_suffix(":80")
+            .or_else(|| text.strip_suffix(":443"))
+        {
+            Some(host) => host.to_owned(),
+            None => text,
+        }
+    };
+    a.eq_ignore_ascii_case(b) || bare(a) == bare(b)
 }
 
 #[cfg(test)]
@@ -68,6 +84,11 @@ mod tests {
             request("/a", Version::HTTP_11, &["example.com"]),
             request("/a", Version::HTTP_11, &["example.com:8080"]),
             request("http://Example.com/a", Version::HTTP_11, &["example.COM"]),
+            request(
+                "http://example.com:80/a",
+                Version::HTTP_11,
+                &["example.com"],
+            ),
             request("http://example.com/a", Version::HTTP_2, &[]),
             request("/a", Version::HTTP_10, &[]),
         ];
@@ -79,12 +100,27 @@ mod tests {
     #[test]
     fn repeated_missing_invalid_or_disagreeing_hosts_are_refused() {
         let cases = [
-            (request("/a", Version::HTTP_11, &["a", "a"]), HostRefusal::Repeated),
-            (request("/a", Version::HTTP_11, &["a", "b"]), HostRefusal::Repeated),
+            (
+                request("/a", Version::HTTP_11, &["a", "a"]),
+                HostRefusal::Repeated,
+            ),
+            (
+                request("/a", Version::HTTP_11, &["a", "b"]),
+                HostRefusal::Repeated,
+            ),
             (request("/a", Version::HTTP_11, &[]), HostRefusal::Missing),
-            (request("/a", Version::HTTP_11, &["a b"]), HostRefusal::Invalid),
-            (request("/a", Version::HTTP_11, &["u@a"]), HostRefusal::Invalid),
-            (request("/a", Version::HTTP_11, &["a/b"]), HostRefusal::Invalid),
+            (
+                request("/a", Version::HTTP_11, &["a b"]),
+                HostRefusal::Invalid,
+            ),
+            (
+                request("/a", Version::HTTP_11, &["u@a"]),
+                HostRefusal::Invalid,
+            ),
+            (
+                request("/a", Version::HTTP_11, &["a/b"]),
+                HostRefusal::Invalid,
+            ),
             (
                 request("http://other/a", Version::HTTP_11, &["a"]),
                 HostRefusal::Mismatch,

@@ -9,7 +9,7 @@ mod routing;
 
 pub use claim::Claim;
 pub use destination::{check_destination, DestinationRefusal, DESTINATION};
-pub use host::{check_host, HostRefusal};
+pub use host::{check_host, same_authority, HostRefusal};
 pub use routing::{Routing, RoutingLayer};
 
 use std::convert::Infallible;
@@ -26,7 +26,9 @@ use crate::fence::{Fence, FenceLayer};
 use crate::gate::{Gate, GateLayer, Gates};
 use crate::idempotency::{Idempotency, IdempotencyLayer, IntentBackend};
 use crate::metrics::Metrics;
-use crate::proxy::{strip_hop_by_hop_headers, Proxy, ProxyBody, RequestBody};
+use crate::proxy::{
+    strip_hop_by_hop_headers, strip_path_override_headers, Proxy, ProxyBody, RequestBody,
+};
 use crate::reload::RouteSource;
 use crate::request_id::{assign_request_id, stamp_request_id};
 use crate::route::{check_method_spelling, RESERVED_PREFIX};
@@ -123,6 +125,9 @@ impl Service<Request<Incoming>> for Gateway {
         // `Connection`, so a client cannot make the gateway strip, at the proxy, a header a layer
         // set for the upstream (`Connection: Idempotency-Key`, `Connection: X-Request-Id`).
         strip_hop_by_hop_headers(request.headers_mut());
+        // Older Symfony, Zend and IIS route by these instead of the request line: the upstream
+        // must route by the path the gateway routed.
+        strip_path_override_headers(request.headers_mut());
         // Before the reserved/routed split, so both answer with the id and every layer (and the
         // upstream) sees it; not a layer, because the error-to-response step below needs it too.
         let request_id = assign_request_id(&mut request);

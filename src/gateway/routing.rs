@@ -10,12 +10,14 @@ use futures_util::future::{self, BoxFuture, FutureExt as _};
 use http::{Request, Response};
 use tower::{Layer, Service};
 
+use super::check_destination;
 use crate::error::{GatewayError, Origin};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, RequestBody};
 use crate::reload::RouteSource;
-use super::check_destination;
-use crate::route::{canonicalize, RouteMatch, RESERVED_PREFIX, UNFENCED_METHODS};
+use crate::route::{
+    canonicalize, check_method_override, RouteMatch, RESERVED_PREFIX, UNFENCED_METHODS,
+};
 
 #[derive(Clone)]
 pub struct RoutingLayer {
@@ -91,13 +93,14 @@ where
         if let Err(error) = forward_canonical(&mut request, &routed) {
             return refuse(error);
         }
+        if let Err(error) = check_guarded_request(&request, &routed, &table) {
+            return refuse(error);
+        }
         if !UNFENCED_METHODS.contains(request.method()) {
             let host = request_host(&request);
-            match check_destination(request.headers(), host.as_deref(), request.method(), &table) {
+            match check_destination(request.headers(), host.as_deref(), &table) {
                 Ok(Some(canonical)) => {
-                    request
-                        .headers_mut()
-                        .insert(super::DESTINATION, canonical);
+                    request.headers_mut().insert(super::DESTINATION, canonical);
                 }
                 Ok(None) => {}
                 Err(why) => return refuse(GatewayError::Destination(why)),
@@ -134,6 +137,36 @@ where
         }
         .boxed()
     }
+}
+
+/// The checks that depend on the route a request reached: a method override on a guarded route
+/// (the upstream may honour it, and the route's method list was decided without it), and a
+/// DELETE or MOVE whose path may be a collection holding fenced resources.
+fn check_guarded_request<B>(
+    request: &Request<B>,
+    routed: &RouteMatch,
+    table: &crate::route::RouteTable,
+) -> Result<(), GatewayError> {
+    if routed.route.is_guarded() {
+        check_method_override(request.headers(), request.uri().query())
+            .map_err(GatewayError::InvalidMethod)?;
+    }
+    let method = request.method().as_str();
+    if ["DELETE", "MOVE"]
+        .iter()
+        .any(|m| m.eq_ignore_ascii_case(method))
+    {
+        let path = canonicalize(&routed.path).map_err(GatewayError::InvalidPath)?;
+        let stripped = path.has_parameters().then(|| path.without_parameters());
+        for reading in std::iter::once(&path).chain(stripped.as_ref()) {
+            if let Some(route) = table.collection_guard(reading) {
+                return Err(GatewayError::FencedCollection {
+                    route: route.name.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether a canonical path lies under the reserved prefix, in any letter case.

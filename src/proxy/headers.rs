@@ -41,6 +41,18 @@ fn hop_by_hop_bit(name: &HeaderName) -> Option<u16> {
     Some(1 << index)
 }
 
+/// Headers through which some servers let a request name another path than its request line's.
+const PATH_OVERRIDE_HEADERS: [&str; 2] = ["x-original-url", "x-rewrite-url"];
+
+/// Removes `X-Original-URL` and `X-Rewrite-URL`, which older Symfony and Zend applications and
+/// IIS's URL rewriting read as the request's path: the upstream must see only the path the
+/// gateway routed.
+pub fn strip_path_override_headers(headers: &mut HeaderMap) {
+    for name in PATH_OVERRIDE_HEADERS {
+        headers.remove(name);
+    }
+}
+
 /// Removes hop-by-hop headers: the fixed list plus every header named in `Connection`
 /// (RFC 9110 §7.6.1: "a proxy or gateway MUST parse a received Connection header field before a
 /// message is forwarded and, for each connection-option in this field, remove any header ... with

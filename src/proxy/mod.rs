@@ -12,6 +12,7 @@ pub use body::{
 };
 pub use forward::{ClientAddr, Proxy, UpstreamClient, MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST};
 pub use headers::{
-    append_forwarded_headers, append_via, strip_hop_by_hop_headers, ClientNode, ForwardedFor,
+    append_forwarded_headers, append_via, strip_hop_by_hop_headers, strip_path_override_headers,
+    ClientNode, ForwardedFor,
 };
 pub use target::UpstreamTarget;

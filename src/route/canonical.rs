@@ -13,7 +13,7 @@ pub enum PathRefusal {
     DotSegment,
     #[error("the path contains an encoded slash or backslash (`%2F`, `%5C`) or a backslash, which an upstream may read as a separator")]
     EncodedSeparator,
-    #[error("the path contains an encoded NUL byte (`%00`)")]
+    #[error("the path contains a NUL byte (raw or `%00`)")]
     EncodedNul,
     #[error("the path contains a `%` that is not followed by two hex digits")]
     MalformedEscape,
@@ -21,6 +21,8 @@ pub enum PathRefusal {
     DoubleEncoded,
     #[error("the path has `;` parameters on a fenced route, which some upstreams strip before routing (set the route's path_parameters = \"strip\" to remove them)")]
     PathParameters,
+    #[error("the path's last segment has a `.suffix` that Rails and older Spring read as a format of the path without it, another resource here (set the route's format_suffix = \"literal\" when the upstream keeps suffixes)")]
+    FormatSuffix,
     #[error("the path names the gateway's reserved prefix in a non-canonical form")]
     ReservedPrefix,
     #[error("a path segment the route captures is longer than {MAX_CAPTURE_LEN} bytes")]
@@ -94,13 +96,13 @@ pub fn canonicalize(raw: &str) -> Result<CanonicalPath, PathRefusal> {
                 match decoded {
                     b'/' | b'\\' => return Err(PathRefusal::EncodedSeparator),
                     0 => return Err(PathRefusal::EncodedNul),
-                    b'%' if is_hex_pair(bytes, i + 3) => return Err(PathRefusal::DoubleEncoded),
                     _ if is_unreserved(decoded) => text.push(char::from(decoded)),
                     _ => push_escaped(&mut text, decoded),
                 }
                 i += 3;
             }
             b'\\' => return Err(PathRefusal::EncodedSeparator),
+            0 => return Err(PathRefusal::EncodedNul),
             b'/' => {
                 if !text.ends_with('/') {
                     text.push('/');
@@ -116,6 +118,13 @@ pub fn canonicalize(raw: &str) -> Result<CanonicalPath, PathRefusal> {
                 i += 1;
             }
         }
+    }
+    // Checked on the result, so that `%25%32%65` (which becomes `%252e`) is caught too.
+    if text
+        .match_indices("%25")
+        .any(|(at, _)| is_hex_pair(text.as_bytes(), at + 3))
+    {
+        return Err(PathRefusal::DoubleEncoded);
     }
     for segment in text.split('/') {
         // `..;x` is `..` to an upstream that strips path parameters first.
@@ -156,7 +165,18 @@ fn is_pchar(byte: u8) -> bool {
     is_unreserved(byte)
         || matches!(
             byte,
-            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' | b':' | b'@'
+            b'!' | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b';'
+                | b'='
+                | b':'
+                | b'@'
         )
 }
 
@@ -254,6 +274,8 @@ mod tests {
             ("/a%", PathRefusal::MalformedEscape),
             ("/invoices/%2531", PathRefusal::DoubleEncoded),
             ("/%252e%252e/x", PathRefusal::DoubleEncoded),
+            ("/public/%25%32%65%25%32%65/x", PathRefusal::DoubleEncoded),
+            ("/a\0b", PathRefusal::EncodedNul),
         ] {
             assert_eq!(canonicalize(raw), Err(why), "{raw}");
         }
@@ -261,7 +283,12 @@ mod tests {
 
     #[test]
     fn canonical_is_idempotent() {
-        for raw in ["//a/%7e/b%20c/", "/a;b=c//d", "/%C3%A9t%c3%a9/"] {
+        for raw in [
+            "//a/%7e/b%20c/",
+            "/a;b=c//d",
+            "/%C3%A9t%c3%a9/",
+            "/a\u{1}\u{7f}%25",
+        ] {
             let once = canonicalize(raw).unwrap();
             assert_eq!(canonicalize(once.as_str()).unwrap(), once, "{raw}");
         }

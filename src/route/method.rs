@@ -7,7 +7,8 @@ use http::Method;
 
 /// The methods a route leaves unfenced unless it lists its fenced methods: the safe methods of
 /// RFC 9110 §9.2.1, spelled exactly so.
-pub const UNFENCED_METHODS: [Method; 4] = [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE];
+pub const UNFENCED_METHODS: [Method; 4] =
+    [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE];
 
 /// Registered methods (RFC 9110, RFC 5789, the WebDAV family and the IANA method registry). A
 /// request spelling one of them in another letter case is refused: an upstream that upper-cases
@@ -57,10 +58,42 @@ const REGISTERED_METHODS: &[&str] = &[
 
 /// A method the gateway will not read (400 `invalid-method`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("method {spelled:?} is {canonical} in another letter case; send it as {canonical}")]
-pub struct MethodRefusal {
-    pub spelled: String,
-    pub canonical: &'static str,
+pub enum MethodRefusal {
+    #[error("method {spelled:?} is {canonical} in another letter case; send it as {canonical}")]
+    OtherCase {
+        spelled: String,
+        canonical: &'static str,
+    },
+    #[error("the request overrides its method with {0}, which some frameworks honour; send the method itself")]
+    Override(&'static str),
+}
+
+/// Headers through which Rails, Symfony, Express's method-override and others let a request
+/// claim another method than its own.
+const OVERRIDE_HEADERS: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Refuses a request that names another method for itself: an override header, or Symfony's and
+/// Laravel's `_method` query parameter. (A `_method` field in a form body is not seen here.)
+pub fn check_method_override(
+    headers: &http::HeaderMap,
+    query: Option<&str>,
+) -> Result<(), MethodRefusal> {
+    if let Some(name) = OVERRIDE_HEADERS.iter().find(|h| headers.contains_key(**h)) {
+        return Err(MethodRefusal::Override(name));
+    }
+    let names_method = |pair: &str| {
+        let name = pair.split_once('=').map_or(pair, |(name, _)| name);
+        let name = name.split_once('[').map_or(name, |(base, _)| base);
+        name.eq_ignore_ascii_case("_method") || name.eq_ignore_ascii_case("%5Fmethod")
+    };
+    if query.is_some_and(|q| q.split(['&', ';']).any(names_method)) {
+        return Err(MethodRefusal::Override("the _method query parameter"));
+    }
+    Ok(())
 }
 
 /// Refuses a registered method spelled in another letter case (`put`, `Post`, `move`).
@@ -73,7 +106,7 @@ pub fn check_method_spelling(method: &Method) -> Result<(), MethodRefusal> {
         .iter()
         .find(|known| known.eq_ignore_ascii_case(spelled))
     {
-        Some(canonical) => Err(MethodRefusal {
+        Some(canonical) => Err(MethodRefusal::OtherCase {
             spelled: spelled.to_owned(),
             canonical,
         }),
@@ -124,9 +157,21 @@ mod tests {
 
     #[test]
     fn other_spellings_of_registered_methods_are_refused() {
-        for name in ["put", "Put", "post", "delete", "get", "move", "Copy", "pRoPpAtCh"] {
+        for name in [
+            "put",
+            "Put",
+            "post",
+            "delete",
+            "get",
+            "move",
+            "Copy",
+            "pRoPpAtCh",
+        ] {
             let refusal = check_method_spelling(&method(name)).unwrap_err();
-            assert!(refusal.canonical.eq_ignore_ascii_case(name), "{name}");
+            let MethodRefusal::OtherCase { canonical, .. } = refusal else {
+                panic!("{name}: {refusal:?}");
+            };
+            assert!(canonical.eq_ignore_ascii_case(name), "{name}");
         }
         for name in ["PUT", "GET", "MOVE", "FOO", "frobnicate", "X-custom"] {
             assert_eq!(check_method_spelling(&method(name)), Ok(()), "{name}");
@@ -134,9 +179,37 @@ mod tests {
     }
 
     #[test]
+    fn method_overrides_are_refused() {
+        let mut headers = http::HeaderMap::new();
+        assert_eq!(
+            check_method_override(&headers, Some("a=1&method=x")),
+            Ok(())
+        );
+        for query in [
+            "_method=PUT",
+            "a=1&_METHOD=delete",
+            "x=1;_method=PUT",
+            "%5Fmethod=PUT",
+            "_method[]=PUT",
+        ] {
+            assert!(
+                check_method_override(&headers, Some(query)).is_err(),
+                "{query}"
+            );
+        }
+        headers.insert("x-http-method-override", "PUT".parse().unwrap());
+        assert_eq!(
+            check_method_override(&headers, None),
+            Err(MethodRefusal::Override("x-http-method-override"))
+        );
+    }
+
+    #[test]
     fn every_method_but_the_safe_ones_is_fenced_by_default() {
         let all = FencedMethods::AllButSafe;
-        for name in ["POST", "PUT", "PATCH", "DELETE", "MOVE", "COPY", "MERGE", "FOO", "frob"] {
+        for name in [
+            "POST", "PUT", "PATCH", "DELETE", "MOVE", "COPY", "MERGE", "FOO", "frob",
+        ] {
             assert!(all.contains(&method(name)), "{name}");
         }
         for name in ["GET", "HEAD", "OPTIONS", "TRACE"] {

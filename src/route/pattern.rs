@@ -3,17 +3,47 @@
 use percent_encoding::percent_decode_str;
 
 use super::canonical::canonical_literal;
+use super::fold::same_ignoring_case;
 use super::{CanonicalPath, PathRefusal, MAX_CAPTURE_LEN};
 
 /// One segment of a pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
-    /// Canonical text, as a canonical request path spells it.
-    Literal(String),
+    Literal(Literal),
     /// `{name}`: exactly one non-empty segment.
     Param(String),
     /// `{*name}`: the non-empty remainder of the path, slashes included; last only.
     Rest(String),
+}
+
+/// A literal segment: its canonical text (what is forwarded) and that text decoded (what is
+/// compared: upstreams decode `%3A` before routing, so `invoices%3Abatch` is `invoices:batch`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Literal {
+    text: String,
+    decoded: String,
+}
+
+impl Literal {
+    fn new(text: String) -> Literal {
+        let decoded = percent_decode_str(&text).decode_utf8_lossy().into_owned();
+        Literal { text, decoded }
+    }
+
+    /// Whether a canonical request segment names this literal.
+    fn matches(&self, part: &str, case_sensitive: bool) -> bool {
+        if part == self.text {
+            return true;
+        }
+        let Ok(decoded) = percent_decode_str(part).decode_utf8() else {
+            return false;
+        };
+        if case_sensitive {
+            decoded == self.decoded
+        } else {
+            same_ignoring_case(&decoded, &self.decoded)
+        }
+    }
 }
 
 /// A compiled path pattern.
@@ -119,8 +149,8 @@ impl PathPattern {
         let mut prefix = String::from("/");
         for segment in &self.segments {
             match segment {
-                Segment::Literal(text) => {
-                    prefix.push_str(text);
+                Segment::Literal(literal) => {
+                    prefix.push_str(&literal.text);
                     prefix.push('/');
                 }
                 _ => break,
@@ -129,20 +159,58 @@ impl PathPattern {
         prefix
     }
 
-    /// Whether two patterns match the same paths once literals are compared without case.
-    pub fn same_shape(&self, other: &PathPattern) -> bool {
-        self.segments.len() == other.segments.len()
-            && self
-                .segments
-                .iter()
-                .zip(&other.segments)
-                .all(|pair| match pair {
-                    (Segment::Literal(a), Segment::Literal(b)) => a.eq_ignore_ascii_case(b),
-                    (Segment::Param(_), Segment::Param(_)) | (Segment::Rest(_), Segment::Rest(_)) => {
-                        true
+    /// Whether this pattern matches every path `other` matches (so a route with `other` listed
+    /// after it would never be used): a parameter covers any one segment, a rest parameter any
+    /// remainder, and a literal the same literal (without case unless `case_sensitive`).
+    pub fn covers(&self, other: &PathPattern, case_sensitive: bool) -> bool {
+        for (i, mine) in self.segments.iter().enumerate() {
+            let Some(theirs) = other.segments.get(i) else {
+                return false;
+            };
+            match (mine, theirs) {
+                (Segment::Rest(_), _) => return true,
+                (Segment::Param(_), Segment::Literal(l)) => {
+                    if l.text.is_empty() {
+                        return false;
                     }
-                    _ => false,
-                })
+                }
+                (Segment::Param(_), Segment::Param(_)) => {}
+                (Segment::Literal(a), Segment::Literal(b)) => {
+                    let same = if case_sensitive {
+                        a.decoded == b.decoded
+                    } else {
+                        same_ignoring_case(&a.decoded, &b.decoded)
+                    };
+                    if !same {
+                        return false;
+                    }
+                }
+                _ => return false,
+            }
+        }
+        self.segments.len() == other.segments.len()
+    }
+
+    /// Whether the pattern ends in `{*name}`, whose matches may be collections of other matches.
+    pub fn ends_in_rest(&self) -> bool {
+        matches!(self.segments.last(), Some(Segment::Rest(_)))
+    }
+
+    /// Whether `path` is a proper ancestor of paths this pattern matches (`/files/ledger/` of
+    /// `/files/ledger/{name}`, and `/` of every pattern): a collection whose recursive DELETE, MOVE
+    /// or COPY would reach them.
+    pub fn has_descendants(&self, path: &CanonicalPath, case_sensitive: bool) -> bool {
+        let parts: Vec<&str> = path.segments().filter(|p| !p.is_empty()).collect();
+        if parts.len() >= self.segments.len() {
+            return false;
+        }
+        self.segments
+            .iter()
+            .zip(&parts)
+            .all(|(segment, part)| match segment {
+                Segment::Literal(literal) => literal.matches(part, case_sensitive),
+                Segment::Param(_) | Segment::Rest(_) => true,
+            })
     }
 
     /// Matches a canonical path; captured values are decoded. Literals compare
@@ -182,16 +250,11 @@ impl PathPattern {
                 return Ok(None);
             };
             match segment {
-                Segment::Literal(text) => {
-                    let same = if case_sensitive {
-                        part == text
-                    } else {
-                        part.eq_ignore_ascii_case(text)
-                    };
-                    if !same {
+                Segment::Literal(literal) => {
+                    if !literal.matches(part, case_sensitive) {
                         return Ok(None);
                     }
-                    forward.push_str(text);
+                    forward.push_str(&literal.text);
                 }
                 Segment::Param(name) => {
                     if part.is_empty() {
@@ -239,10 +302,10 @@ fn parse_segment(part: &str, only: bool) -> Result<Segment, PatternError> {
     }
     // The root pattern `/` is one empty literal; nowhere else can a segment be empty.
     if part.is_empty() && only {
-        return Ok(Segment::Literal(String::new()));
+        return Ok(Segment::Literal(Literal::new(String::new())));
     }
     match canonical_literal(part) {
-        Some(text) if !text.is_empty() => Ok(Segment::Literal(text)),
+        Some(text) if !text.is_empty() => Ok(Segment::Literal(Literal::new(text))),
         _ => Err(PatternError::NeverMatches(part.to_owned())),
     }
 }
@@ -273,7 +336,10 @@ mod tests {
     #[test]
     fn named_segment_matches_one_segment() {
         let p = PathPattern::parse("/invoices/{id}").unwrap();
-        assert_eq!(matches(&p, "/invoices/72").unwrap().captures.get("id"), Some("72"));
+        assert_eq!(
+            matches(&p, "/invoices/72").unwrap().captures.get("id"),
+            Some("72")
+        );
         assert!(matches(&p, "/invoices/72/send").is_none());
         assert!(matches(&p, "/invoices/").is_none());
         assert!(matches(&p, "/invoices").is_none());
@@ -283,7 +349,12 @@ mod tests {
     #[test]
     fn trailing_slash_and_letter_case_match_the_same_route() {
         let p = PathPattern::parse("/invoices/{id}").unwrap();
-        for raw in ["/invoices/1/", "/Invoices/1", "/INVOICES/1/", "//invoices//1"] {
+        for raw in [
+            "/invoices/1/",
+            "/Invoices/1",
+            "/INVOICES/1/",
+            "//invoices//1",
+        ] {
             let found = matches(&p, raw).unwrap();
             assert_eq!(found.captures.get("id"), Some("1"), "{raw}");
         }
@@ -346,14 +417,62 @@ mod tests {
     }
 
     #[test]
+    fn literals_match_escaped_and_unicode_spellings() {
+        let p = PathPattern::parse("/v1/invoices:batch/{id}").unwrap();
+        for raw in [
+            "/v1/invoices%3Abatch/1",
+            "/v1/INVOICES%3aBATCH/1",
+            "/v1/invoices:batch/1",
+        ] {
+            assert_eq!(
+                matches(&p, raw).unwrap().path,
+                "/v1/invoices:batch/1",
+                "{raw}"
+            );
+        }
+        let k = PathPattern::parse("/work/{id}").unwrap();
+        assert_eq!(matches(&k, "/wor%E2%84%AA/1").unwrap().path, "/work/1");
+        let exact = canonicalize("/wor%E2%84%AA/1").unwrap();
+        assert_eq!(k.match_path(&exact, true), Ok(None));
+        let cafe = PathPattern::parse("/caf\u{e9}/{id}").unwrap();
+        assert!(matches(&cafe, "/CAF%C3%89/1").is_some());
+    }
+
+    #[test]
+    fn ancestors_of_a_pattern_have_descendants() {
+        let p = PathPattern::parse("/files/ledger/{name}").unwrap();
+        let path = |raw: &str| canonicalize(raw).unwrap();
+        for raw in ["/", "/files", "/files/", "/FILES/Ledger/", "/files/ledger"] {
+            assert!(p.has_descendants(&path(raw), false), "{raw}");
+        }
+        for raw in [
+            "/files/ledger/a",
+            "/files/public/",
+            "/other",
+            "/files/ledger/a/b",
+        ] {
+            assert!(!p.has_descendants(&path(raw), false), "{raw}");
+        }
+        assert!(PathPattern::parse("/files/{*rest}").unwrap().ends_in_rest());
+        assert!(!p.ends_in_rest());
+    }
+
+    #[test]
     fn literals_are_canonical() {
         let p = PathPattern::parse("/%69nvoices/{id}").unwrap();
         assert!(matches(&p, "/invoices/1").is_some());
         assert_eq!(p.literal_prefix(), "/invoices/");
         let a = PathPattern::parse("/Invoices/{x}").unwrap();
         let b = PathPattern::parse("/invoices/{id}").unwrap();
-        assert!(a.same_shape(&b));
-        assert!(!a.same_shape(&PathPattern::parse("/invoices/{*r}").unwrap()));
+        assert!(a.covers(&b, false));
+        assert!(!a.covers(&b, true));
+        assert!(!a.covers(&PathPattern::parse("/invoices/{*r}").unwrap(), false));
+        let rest = PathPattern::parse("/{*rest}").unwrap();
+        assert!(rest.covers(&b, false));
+        assert!(!b.covers(&rest, false));
+        let param = PathPattern::parse("/invoices/{id}").unwrap();
+        assert!(param.covers(&PathPattern::parse("/invoices/special").unwrap(), false));
+        assert!(!param.covers(&PathPattern::parse("/invoices/special/x").unwrap(), false));
     }
 
     #[test]
@@ -380,7 +499,10 @@ mod tests {
         ));
         for never in ["/a//b", "/a;x/{id}", "/../{id}", "/a%2Fb", "/a%zz"] {
             assert!(
-                matches!(PathPattern::parse(never), Err(PatternError::NeverMatches(_))),
+                matches!(
+                    PathPattern::parse(never),
+                    Err(PatternError::NeverMatches(_))
+                ),
                 "{never}"
             );
         }

@@ -6,7 +6,10 @@ use std::time::Duration;
 use http::{HeaderName, Method};
 
 use super::{CanonicalPath, Captures, FencedMethods, KeyTemplate, PathPattern, PathRefusal};
-use crate::config::{Compare, FenceMode, OnStoreError, Ordering, PathParameters, RouteConfig};
+use crate::config::{
+    CollectionWrites, Compare, FenceMode, FormatSuffix, OnStoreError, Ordering, PathParameters,
+    RouteConfig,
+};
 use crate::fence::{signature_key_from_env, SignatureKey};
 use crate::idempotency::IdempotencySettings;
 use crate::proxy::UpstreamTarget;
@@ -24,6 +27,10 @@ pub struct CompiledRoute {
     pub case_sensitive: bool,
     /// What a path with `;` parameters does on this route.
     pub path_parameters: PathParameters,
+    /// What a `.suffix` in the last segment does on this route.
+    pub format_suffix: FormatSuffix,
+    /// Whether writes that may act on a collection of this route's matches are refused.
+    pub collection_writes: CollectionWrites,
     pub fenced_methods: FencedMethods,
     pub upstream: UpstreamTarget,
     pub resource_key: Option<KeyTemplate>,
@@ -57,6 +64,11 @@ impl CompiledRoute {
     /// Whether a request with this method goes through the fence check.
     pub fn fences(&self, method: &Method) -> bool {
         self.fence.mode != FenceMode::Off && self.fenced_methods.contains(method)
+    }
+
+    /// Whether the route checks or records anything at all (a fence, or idempotency).
+    pub fn is_guarded(&self) -> bool {
+        self.fence.mode != FenceMode::Off || self.idempotency.is_some()
     }
 
     /// Whether a request with this method is checked by the fence or recorded by the idempotency
@@ -99,13 +111,13 @@ impl RouteTable {
             let route = compile_route(config)?;
             if let Some(earlier) = routes
                 .iter()
-                .find(|r| !r.case_sensitive && r.pattern.same_shape(&route.pattern))
+                .find(|r| r.pattern.covers(&route.pattern, r.case_sensitive))
             {
                 return Err(error(
                     config,
                     "path",
                     format!(
-                        "route {:?} matches every path this pattern matches (literals compare without letter case), so this route would never be used",
+                        "route {:?}, listed earlier, matches every path this pattern matches (literals compare without letter case), so this route would never be used; list the more specific route first",
                         earlier.name
                     ),
                 ));
@@ -128,6 +140,18 @@ impl RouteTable {
         path: &CanonicalPath,
         method: &Method,
     ) -> Result<Option<RouteMatch>, PathRefusal> {
+        let found = self.find_parameters(path, method)?;
+        if let Some(found) = &found {
+            self.check_format_suffix(found, method)?;
+        }
+        Ok(found)
+    }
+
+    fn find_parameters(
+        &self,
+        path: &CanonicalPath,
+        method: &Method,
+    ) -> Result<Option<RouteMatch>, PathRefusal> {
         if !path.has_parameters() {
             return self.first_match(path);
         }
@@ -138,16 +162,66 @@ impl RouteTable {
             }
         }
         let literal = self.first_match(path)?;
-        let guarded = |found: &Option<RouteMatch>| {
-            found.as_ref().is_some_and(|f| f.route.guards(method))
-        };
+        let guarded =
+            |found: &Option<RouteMatch>| found.as_ref().is_some_and(|f| f.route.guards(method));
         if guarded(&stripped) || guarded(&literal) {
             return Err(PathRefusal::PathParameters);
         }
         Ok(literal)
     }
 
-    fn first_match(&self, path: &CanonicalPath) -> Result<Option<RouteMatch>, PathRefusal> {
+    /// Rails (`/invoices/:id(.:format)`) and Spring before 5.3 (suffix pattern matching) read
+    /// `/invoices/7.json` as `/invoices/7`. When this request is guarded and the path without its
+    /// last segment's suffix (from the first or the last dot) is another match of a guarded
+    /// route, the two readings would fence different keys: refused, unless the route reads the
+    /// suffix literally.
+    fn check_format_suffix(&self, found: &RouteMatch, method: &Method) -> Result<(), PathRefusal> {
+        if found.route.format_suffix == FormatSuffix::Literal || !found.route.guards(method) {
+            return Ok(());
+        }
+        let path = found.path.strip_suffix('/').unwrap_or(&found.path);
+        let (head, last) = path.rsplit_once('/').unwrap_or(("", path));
+        let (Some(first), Some(final_dot)) = (last.find('.'), last.rfind('.')) else {
+            return Ok(());
+        };
+        for dot in [first, final_dot] {
+            if dot == 0 {
+                continue;
+            }
+            let Ok(shorter) = super::canonicalize(&format!("{head}/{}", &last[..dot])) else {
+                continue;
+            };
+            if let Some(other) = self.first_match(&shorter)? {
+                let same =
+                    Arc::ptr_eq(&other.route, &found.route) && other.captures == found.captures;
+                if other.route.guards(method) && !same {
+                    return Err(PathRefusal::FormatSuffix);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A guarded route some of whose resources lie below `path`, when a recursive write there
+    /// (DELETE or MOVE of it, MOVE or COPY onto it) would reach them: a route whose pattern has
+    /// `path` as a proper ancestor, or the route `path` matches when it ends in `{*rest}` and does
+    /// not allow collection writes.
+    pub fn collection_guard(&self, path: &CanonicalPath) -> Option<&Arc<CompiledRoute>> {
+        let below = self.routes.iter().find(|route| {
+            route.is_guarded() && route.pattern.has_descendants(path, route.case_sensitive)
+        });
+        below.or_else(|| {
+            let found = self.first_match(path).ok().flatten()?;
+            let route = self.routes.iter().find(|r| Arc::ptr_eq(r, &found.route))?;
+            (route.is_guarded()
+                && route.pattern.ends_in_rest()
+                && route.collection_writes == CollectionWrites::Refuse)
+                .then_some(route)
+        })
+    }
+
+    /// The first route whose pattern matches `path`, read literally.
+    pub fn first_match(&self, path: &CanonicalPath) -> Result<Option<RouteMatch>, PathRefusal> {
         for route in &self.routes {
             if let Some(found) = route.pattern.match_path(path, route.case_sensitive)? {
                 return Ok(Some(RouteMatch {
@@ -237,6 +311,8 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
         pattern,
         case_sensitive: config.case_sensitive,
         path_parameters: config.path_parameters,
+        format_suffix: config.format_suffix,
+        collection_writes: config.collection_writes,
         fenced_methods,
         upstream,
         resource_key,

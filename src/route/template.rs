@@ -4,7 +4,7 @@
 use http::HeaderMap;
 use percent_encoding::percent_decode_str;
 
-use super::Captures;
+use super::{same_ignoring_case, Captures};
 
 /// Longest resource key the gateway accepts; keeps store rows and log lines bounded.
 pub const MAX_RESOURCE_KEY_LEN: usize = 512;
@@ -49,7 +49,9 @@ pub enum TemplateError {
 /// Why a key could not be rendered for one request; the client's fault, answered with 400.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RenderError {
-    #[error("the resource key needs header {0}, which the request does not carry in visible ASCII")]
+    #[error(
+        "the resource key needs header {0}, which the request does not carry in visible ASCII"
+    )]
     MissingHeader(String),
     #[error("the resource key needs header {0}, which the request carries more than once (or as a comma-separated list): upstreams differ on which value they read")]
     RepeatedHeader(String),
@@ -61,6 +63,8 @@ pub enum RenderError {
     RepeatedQuery(String),
     #[error("the resource key needs query parameter {0:?}, which is empty")]
     EmptyQuery(String),
+    #[error("the resource key needs query parameter {0:?}, and the request has a form body, whose fields Go, PHP, Rack and ASP.NET read in place of (or before) the query's")]
+    FormBody(String),
     #[error("the resource key is longer than {MAX_RESOURCE_KEY_LEN} bytes")]
     TooLong,
 }
@@ -109,7 +113,12 @@ impl KeyTemplate {
                 Part::Text(text) => key.push_str(text),
                 Part::Segment(name) => key.push_str(request.captures.get(name).unwrap_or_default()),
                 Part::Header(name) => key.push_str(single_header(request.headers, name)?),
-                Part::Query(name) => key.push_str(&single_query_value(request.query, name)?),
+                Part::Query(name) => {
+                    if has_form_body(request.headers) {
+                        return Err(RenderError::FormBody(name.clone()));
+                    }
+                    key.push_str(&single_query_value(request.query, name)?)
+                }
             }
             if key.len() > MAX_RESOURCE_KEY_LEN {
                 return Err(RenderError::TooLong);
@@ -148,7 +157,7 @@ fn single_header<'h>(
     let value = values
         .next()
         .ok_or_else(|| RenderError::MissingHeader(name.to_string()))?;
-    if values.next().is_some() {
+    if values.next().is_some() || has_underscore_twin(headers, name) {
         return Err(RenderError::RepeatedHeader(name.to_string()));
     }
     let text = value
@@ -163,6 +172,15 @@ fn single_header<'h>(
         return Err(RenderError::RepeatedHeader(name.to_string()));
     }
     Ok(text)
+}
+
+/// Whether the request also carries `name` spelled with '_' for '-' (`X_Tenant` for
+/// `X-Tenant`): CGI-style servers turn both into `HTTP_X_TENANT`, and some let the later one win.
+fn has_underscore_twin(headers: &HeaderMap, name: &http::HeaderName) -> bool {
+    let wanted = name.as_str().replace('-', "_");
+    headers
+        .keys()
+        .any(|other| other != name && other.as_str().replace('-', "_") == wanted)
 }
 
 /// The one value of `name` in an `application/x-www-form-urlencoded` query, decoded, read so that
@@ -189,11 +207,7 @@ fn single_query_value(query: Option<&str>, name: &str) -> Result<String, RenderE
     }
     let pair = found.ok_or_else(|| RenderError::MissingQuery(name.to_owned()))?;
     // Split on '&' alone, the same parameter must end where it ended above.
-    if query
-        .unwrap_or("")
-        .split('&')
-        .all(|whole| whole != pair)
-    {
+    if query.unwrap_or("").split('&').all(|whole| whole != pair) {
         return Err(repeated());
     }
     let raw_value = pair.split_once('=').map_or("", |(_, v)| v);
@@ -205,16 +219,40 @@ fn single_query_value(query: Option<&str>, name: &str) -> Result<String, RenderE
 }
 
 /// Whether some upstream reads a parameter called `candidate` (decoded) as `name`: the same name
-/// in any letter case, with `.` or ' ' for '_' (PHP), or with a `[...]` suffix (PHP, Rack, qs).
+/// in any letter case (ASP.NET, also with Unicode case mappings), and the way PHP, Rack and qs
+/// mangle names: cut at a NUL, leading spaces dropped, `.` and ' ' (and an unclosed `[`) read as
+/// '_', brackets around or after the name (`[id]`, `id]`, `id[]`, `id[x]`) dropped.
 fn reads_as(candidate: &str, name: &str) -> bool {
-    let base = candidate.split_once('[').map_or(candidate, |(base, _)| base);
-    let php = |c: char| if c == '.' || c == ' ' { '_' } else { c };
-    base.len() == name.len()
-        && base
-            .chars()
-            .map(php)
-            .zip(name.chars().map(php))
-            .all(|(a, b)| a.eq_ignore_ascii_case(&b))
+    same_ignoring_case(&mangled(candidate), &mangled(name))
+}
+
+fn mangled(name: &str) -> String {
+    let name = name.split('\0').next().unwrap_or_default();
+    let name = name.trim_start_matches([' ', '[', ']']);
+    let name = match name.find('[') {
+        Some(open) if name[open..].contains(']') => &name[..open],
+        _ => name,
+    };
+    name.trim_end_matches(']')
+        .chars()
+        .map(|c| if matches!(c, '.' | ' ' | '[') { '_' } else { c })
+        .collect()
+}
+
+/// Whether the request's body is a form (`application/x-www-form-urlencoded`,
+/// `multipart/form-data`), or may be: a `Content-Type` that is not one visible-ASCII field.
+fn has_form_body(headers: &HeaderMap) -> bool {
+    let mut types = headers.get_all(http::header::CONTENT_TYPE).iter();
+    let Some(first) = types.next() else {
+        return false;
+    };
+    let Ok(text) = first.to_str() else {
+        return true;
+    };
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    types.next().is_some()
+        || essence.eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        || essence.eq_ignore_ascii_case("multipart/form-data")
 }
 
 fn form_decode(raw: &str) -> Option<String> {
@@ -238,7 +276,11 @@ mod tests {
     ) -> Result<String, RenderError> {
         let pattern = PathPattern::parse("/t/{tenant}/invoices/{id}").unwrap();
         let canonical = crate::route::canonicalize(path).unwrap();
-        let captures = pattern.match_path(&canonical, false).unwrap().unwrap().captures;
+        let captures = pattern
+            .match_path(&canonical, false)
+            .unwrap()
+            .unwrap()
+            .captures;
         let t = KeyTemplate::parse(template, pattern.param_names()).unwrap();
         t.render(&RequestParts {
             captures: &captures,
@@ -294,7 +336,11 @@ mod tests {
             "x=1;id=7",
             "id=%ff",
         ] {
-            assert_eq!(query(q), Err(RenderError::RepeatedQuery("id".into())), "{q}");
+            assert_eq!(
+                query(q),
+                Err(RenderError::RepeatedQuery("id".into())),
+                "{q}"
+            );
         }
         for q in ["id=", "id", "x=1&id=&y=2"] {
             assert_eq!(query(q), Err(RenderError::EmptyQuery("id".into())), "{q}");
@@ -302,6 +348,37 @@ mod tests {
         assert_eq!(query("x=7"), Err(RenderError::MissingQuery("id".into())));
         let snake = render("{query:a_b}", path, &none, Some("a.b=1&a_b=2"));
         assert_eq!(snake, Err(RenderError::RepeatedQuery("a_b".into())));
+        for q in [
+            "id=7&+id=5",
+            "id=7&id%00=5",
+            "id=7&[id]=5",
+            "id=7&id]=5",
+            "id=7&%C4%B1d=5",
+        ] {
+            assert_eq!(
+                query(q),
+                Err(RenderError::RepeatedQuery("id".into())),
+                "{q}"
+            );
+        }
+        let unclosed = render("{query:a_b}", path, &none, Some("a_b=7&a[b=5"));
+        assert_eq!(unclosed, Err(RenderError::RepeatedQuery("a_b".into())));
+        let mut form = HeaderMap::new();
+        form.insert(
+            "content-type",
+            "application/x-www-form-urlencoded; charset=utf-8"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(
+            render("{query:id}", path, &form, Some("id=7")),
+            Err(RenderError::FormBody("id".into()))
+        );
+        form.insert("content-type", "application/json".parse().unwrap());
+        assert_eq!(
+            render("{query:id}", path, &form, Some("id=7")).unwrap(),
+            "7"
+        );
 
         let header = |values: &[&str]| {
             let mut headers = HeaderMap::new();
@@ -311,10 +388,23 @@ mod tests {
             render("{header:X-Tenant}", path, &headers, None)
         };
         assert_eq!(header(&["acme"]).unwrap(), "acme");
-        assert!(matches!(header(&["a", "b"]), Err(RenderError::RepeatedHeader(_))));
-        assert!(matches!(header(&["a, b"]), Err(RenderError::RepeatedHeader(_))));
+        assert!(matches!(
+            header(&["a", "b"]),
+            Err(RenderError::RepeatedHeader(_))
+        ));
+        assert!(matches!(
+            header(&["a, b"]),
+            Err(RenderError::RepeatedHeader(_))
+        ));
         assert!(matches!(header(&[""]), Err(RenderError::EmptyHeader(_))));
         assert!(matches!(header(&["  "]), Err(RenderError::EmptyHeader(_))));
+        let mut twins = HeaderMap::new();
+        twins.insert("x-tenant", "acme".parse().unwrap());
+        twins.insert("x_tenant", "evil".parse().unwrap());
+        assert!(matches!(
+            render("{header:X-Tenant}", path, &twins, None),
+            Err(RenderError::RepeatedHeader(_))
+        ));
     }
 
     #[test]

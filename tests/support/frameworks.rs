@@ -96,13 +96,19 @@ impl FrameworkUpstream {
                     .arg("-o")
                     .arg(&binary)
                     .arg(here.join("go_app.go"))
-                    .env("GOCACHE", Path::new(env!("CARGO_TARGET_TMPDIR")).join("gocache"))
+                    .env(
+                        "GOCACHE",
+                        Path::new(env!("CARGO_TARGET_TMPDIR")).join("gocache"),
+                    )
                     .env("GOFLAGS", "-mod=mod")
                     .status()
                     .unwrap_or_else(|e| {
                         panic!("go could not be run ({e}); run tests/upstreams/install.sh")
                     });
-                assert!(built.success(), "go build of tests/upstreams/go_app.go failed");
+                assert!(
+                    built.success(),
+                    "go build of tests/upstreams/go_app.go failed"
+                );
                 spawn(Command::new(&binary).arg(&port), "the Go upstream")
             }
             Framework::NginxDav => {

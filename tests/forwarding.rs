@@ -121,7 +121,8 @@ async fn via_and_forwarded_headers_describe_this_hop_and_spoofs_are_replaced() {
 async fn path_and_query_go_unchanged_below_the_upstream_base_path() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
     let route = format!(
-        "[[routes]]\nname = \"files\"\npath = \"/files/{{*rest}}\"\nupstream = \"{}/base/\"\nresource_key = \"file:{{rest}}\"\n",
+        // File names have suffixes that are part of the name (`format_suffix = "literal"`).
+        "[[routes]]\nname = \"files\"\npath = \"/files/{{*rest}}\"\nupstream = \"{}/base/\"\nresource_key = \"file:{{rest}}\"\nformat_suffix = \"literal\"\n",
         upstream.url()
     );
     let gw = TestGateway::start(&route).await;

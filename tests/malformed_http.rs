@@ -8,8 +8,9 @@
 //! a space before a header's colon, a NUL byte in a header value, a head over `max_header_bytes`
 //! (431), a raw non-UTF-8 byte in the path and one in a header name; the gateway's router answers
 //! 400 `invalid-path` for `/../`, `/%2e%2e/`, `/.%2E/`, `/./`, `..%2F`, `..%5C`, a raw backslash,
-//! an encoded slash in a key segment, `%00`, an empty key segment, a 600-byte key segment and a key
-//! segment that is not UTF-8 once decoded; the fence answers 400 for a non-UTF-8 `X-Fence`.
+//! an encoded slash in a key segment, `%00`, a 600-byte key segment and a key segment that is not
+//! UTF-8 once decoded, and 404 for an empty key segment (`/inv/` is `/inv`: a trailing slash is
+//! ignored); the fence answers 400 for a non-UTF-8 `X-Fence`.
 //!
 //! Smuggling attempts (4), never turned into an upstream request that was not sent as one: a
 //! request with both `Content-Length` and `Transfer-Encoding: chunked` followed by a second
@@ -17,6 +18,11 @@
 //! upstream; on a kept-alive connection, requests framed by length and by chunks (one with an
 //! ambiguous head as its body text) are forwarded and only the ambiguous one after them is refused;
 //! a request hidden inside a body is forwarded as that body and nothing else.
+//!
+//! Requests an upstream framework would read another way than the gateway (methods in another
+//! letter case, overrides, `CONNECT`, hosts, `;` parameters, double escapes, format suffixes, the
+//! reserved prefix, collections, WebDAV destinations) get their problem type and reach nothing;
+//! what is forwarded is the canonical path that matched, and a canonical `Destination`.
 
 mod support;
 
@@ -352,4 +358,172 @@ async fn a_request_hidden_in_a_body_stays_a_body() {
     assert_eq!(seen[0].target, "/inv/1");
     assert_eq!(seen[0].body_len, hidden.len() as u64);
     assert!(upstream.seen_under("/inv/smuggled").is_empty());
+}
+
+/// A raw request with the given request line and header lines, closing the connection after it.
+fn raw(line: &str, headers: &str) -> Vec<u8> {
+    format!("{line}\r\n{headers}X-Fence: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .into_bytes()
+}
+
+#[tokio::test]
+async fn requests_upstreams_would_read_another_way_are_refused_with_their_problem_type() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    // With a catch-all, as the shipped configuration has one.
+    let catch_all = format!(
+        "[[routes]]\nname = \"rest\"\npath = \"/{{*rest}}\"\nupstream = \"{}\"\n[routes.fence]\nmode = \"off\"\n",
+        upstream.url()
+    );
+    let gw = TestGateway::start(&format!("{}{catch_all}", routes(&upstream.url()))).await;
+    let host = "Host: gw\r\n";
+    let cases = [
+        (
+            "a lower-case method",
+            raw("put /inv/1 HTTP/1.1", host),
+            400,
+            "invalid-method",
+        ),
+        (
+            "a mixed-case method",
+            raw("Post /inv/1 HTTP/1.1", host),
+            400,
+            "invalid-method",
+        ),
+        (
+            "CONNECT",
+            raw("CONNECT gw:443 HTTP/1.1", host),
+            405,
+            "method-not-allowed",
+        ),
+        (
+            "a method override",
+            raw(
+                "POST /inv/1 HTTP/1.1",
+                "Host: gw\r\nX-HTTP-Method-Override: PUT\r\n",
+            ),
+            400,
+            "invalid-method",
+        ),
+        (
+            "a _method parameter",
+            raw("POST /inv/1?_method=PUT HTTP/1.1", host),
+            400,
+            "invalid-method",
+        ),
+        (
+            "two Host headers",
+            raw("PUT /inv/1 HTTP/1.1", "Host: gw\r\nHost: other\r\n"),
+            400,
+            "invalid-host",
+        ),
+        (
+            "no Host header",
+            raw("PUT /inv/1 HTTP/1.1", ""),
+            400,
+            "invalid-host",
+        ),
+        (
+            "another authority",
+            raw("PUT http://other/inv/1 HTTP/1.1", host),
+            400,
+            "invalid-host",
+        ),
+        (
+            "parameters on a literal",
+            raw("PUT /inv;x/1 HTTP/1.1", host),
+            400,
+            "invalid-path",
+        ),
+        (
+            "parameters on a key",
+            raw("PUT /inv/1;x=y HTTP/1.1", host),
+            400,
+            "invalid-path",
+        ),
+        (
+            "a dot segment with parameters",
+            raw("PUT /public/..;/inv/1 HTTP/1.1", host),
+            400,
+            "invalid-path",
+        ),
+        (
+            "a double escape",
+            raw("PUT /inv/%2531 HTTP/1.1", host),
+            400,
+            "invalid-path",
+        ),
+        (
+            "a malformed escape",
+            raw("PUT /inv/%zz HTTP/1.1", host),
+            400,
+            "invalid-path",
+        ),
+        (
+            "a format suffix",
+            raw("PUT /inv/1.json HTTP/1.1", host),
+            400,
+            "invalid-path",
+        ),
+        (
+            "the reserved prefix, spelled otherwise",
+            raw("POST //_fencegate/claim/inv:1 HTTP/1.1", host),
+            400,
+            "invalid-path",
+        ),
+        (
+            "a collection of fenced keys",
+            raw("DELETE /inv/ HTTP/1.1", host),
+            403,
+            "fenced-collection",
+        ),
+        (
+            "a destination on a fenced route",
+            raw(
+                "MOVE /public/x HTTP/1.1",
+                "Host: gw\r\nDestination: /INV//1\r\n",
+            ),
+            403,
+            "fenced-destination",
+        ),
+        (
+            "a destination on another host",
+            raw(
+                "MOVE /public/x HTTP/1.1",
+                "Host: gw\r\nDestination: http://other/public/y\r\n",
+            ),
+            400,
+            "invalid-destination",
+        ),
+    ];
+    for (name, request, status, slug) in cases {
+        let answer = exchange(gw.addr, &request).await;
+        assert_eq!(answer.statuses(), [status], "{name}: {:?}", answer.text());
+        assert!(
+            answer.text().contains(&format!("/problems/{slug}\"")),
+            "{name}: a {slug} problem; got {:?}",
+            answer.text()
+        );
+    }
+    assert!(upstream.seen().is_empty(), "{:?}", upstream.seen());
+}
+
+#[tokio::test]
+async fn the_canonical_path_that_matched_is_what_is_forwarded() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let gw = TestGateway::start(&routes(&upstream.url())).await;
+    let answer = exchange(
+        gw.addr,
+        &raw("PUT //INV//%31/?a=%2f HTTP/1.1", "Host: gw\r\n"),
+    )
+    .await;
+    assert_eq!(answer.statuses(), [200], "{:?}", answer.text());
+    let moved = raw(
+        "MOVE /public/a HTTP/1.1",
+        "Host: gw\r\nDestination: http://gw//public/%62\r\n",
+    );
+    assert_eq!(exchange(gw.addr, &moved).await.statuses(), [200]);
+    let seen = upstream.seen();
+    assert_eq!(seen[0].target, "/inv/1/?a=%2f");
+    assert_eq!(gw.store().current("inv:1").await.unwrap(), Some(1));
+    assert_eq!(seen[1].header("destination"), Some("http://gw/public/b"));
 }

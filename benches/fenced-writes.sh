@@ -7,7 +7,9 @@
 #                                         # passthrough, fenced-BACKEND,
 #                                         # idem-BACKEND (idempotent writes, unique keys), and
 #                                         # SHAPE-ORDERING-BACKEND with SHAPE = spread | hot (one key),
-#                                         # ORDERING = serialize | none (benches/ordering.sh uses these)
+#                                         # ORDERING = serialize | none (benches/ordering.sh uses these),
+#                                         # baseline (passthrough through the build BASELINE_BIN names,
+#                                         # for an A/B of two builds in one run)
 #
 # PostgreSQL (127.0.0.1:5432, database test, schema fencegate_bench, recreated) and Redis
 # (127.0.0.1:6379, keys under fencegate-bench:*, deleted afterwards) must be running; the script
@@ -153,6 +155,25 @@ TOML
 done
 first_backend=${BACKENDS%% *}
 
+# Another build's passthrough, on the first backend's configuration with its own port and state.
+case " $PATHS " in
+  *" baseline "*)
+    [ -x "${BASELINE_BIN:-}" ] || { echo "fenced-writes.sh: the baseline path needs BASELINE_BIN=<a fencegate binary>" >&2; exit 1; }
+    baseline_port=$next_port
+    mkdir -p "$work/baseline"
+    sed -e "s|^listen = .*|listen = \"127.0.0.1:$baseline_port\"|" \
+        -e "s|^state_dir = .*|state_dir = \"$work/baseline\"|" \
+        -e "s|$work/fencegate.db|$work/baseline/fencegate.db|" \
+        "$work/$first_backend.toml" > "$work/baseline.toml"
+    RUST_LOG=error "$BASELINE_BIN" serve --config "$work/baseline.toml" &
+    gateway_pids+=($!)
+    baseline_pid=$!
+    for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$baseline_port") 2>/dev/null && break; sleep 0.1; done
+    sleep 0.2
+    kill -0 "$baseline_pid" 2>/dev/null || { echo "fenced-writes.sh: the baseline gateway did not start" >&2; exit 1; }
+    ;;
+esac
+
 # The stale paths' keys get a mark far above the token their requests carry (a claim, which
 # also puts the mark in the gateway's cache).
 for backend in $BACKENDS; do
@@ -289,6 +310,9 @@ for round in $(seq 1 "$ROUNDS"); do
       passthrough)
         CPU_PIDS=${gateway_pid[$first_backend]}
         line=$(run "http://127.0.0.1:${port[$first_backend]}/plain/1" "$work/plain.lua") ;;
+      baseline)
+        CPU_PIDS=$baseline_pid
+        line=$(run "http://127.0.0.1:$baseline_port/plain/1" "$work/plain.lua") ;;
       pgbench-upsert) line=$(pgbench_upserts) ;;
       fenced-*)
         CPU_PIDS=${gateway_pid[${path#fenced-}]}

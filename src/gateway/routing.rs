@@ -96,7 +96,9 @@ where
         if let Err(error) = check_guarded_request(&request, &routed, &table) {
             return refuse(error);
         }
-        if !UNFENCED_METHODS.contains(request.method()) {
+        if !UNFENCED_METHODS.contains(request.method())
+            && request.headers().contains_key(super::DESTINATION)
+        {
             let host = request_host(&request);
             match check_destination(request.headers(), host.as_deref(), &table) {
                 Ok(Some(canonical)) => {

@@ -7,14 +7,16 @@
 //! Following a request:
 //!
 //! - [`config`]: the TOML file's shape, loading and validation (`fencegate check-config`).
-//! - [`route`]: path checks (dot segments, encoded separators), path patterns, resource-key
-//!   templates and the compiled route table.
+//! - [`route`]: the canonical form of a request's path, method spellings and fenced method sets,
+//!   path patterns, resource-key templates and the compiled route table (which reads `;`
+//!   parameters and format suffixes every way an upstream might).
 //! - [`server`]: the listener — HTTP/1.1 and h2c, header and connection limits (a 503 refusal
 //!   over `max_connections`), graceful drain on shutdown.
 //! - [`request_id`]: `X-Request-Id` — kept from the client when sane, else generated; forwarded,
 //!   returned on every response and logged with every refusal.
-//! - [`gateway`]: the reserved `/_fencegate/` endpoints (claiming) and the request stack, assembled
-//!   in one place: routing → fence → idempotency → ordering gate → proxy.
+//! - [`gateway`]: the checks of a request's head (method, `Host`), the reserved `/_fencegate/`
+//!   endpoints (claiming), WebDAV destinations, and the request stack, assembled in one place:
+//!   routing → fence → idempotency → ordering gate → proxy.
 //! - [`fence`]: token parsing, signed tokens, `max_advance`, and the fence layer
 //!   (compare-and-advance before forwarding).
 //! - [`idempotency`]: stable idempotency keys and intent records for providers that cannot be

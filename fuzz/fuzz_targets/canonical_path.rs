@@ -44,10 +44,16 @@ fn model(raw: &[u8]) -> Result<Vec<u8>, PathRefusal> {
                 return Err(PathRefusal::MalformedEscape);
             };
             i += 3;
-            Token { byte: hi << 4 | lo, escaped: true }
+            Token {
+                byte: hi << 4 | lo,
+                escaped: true,
+            }
         } else {
             i += 1;
-            Token { byte: raw[i - 1], escaped: false }
+            Token {
+                byte: raw[i - 1],
+                escaped: false,
+            }
         };
         match (token.byte, token.escaped) {
             (b'\\', _) | (b'/', true) => return Err(PathRefusal::EncodedSeparator),
@@ -60,7 +66,11 @@ fn model(raw: &[u8]) -> Result<Vec<u8>, PathRefusal> {
     // their escapes are decoded).
     for (at, token) in tokens.iter().enumerate() {
         let digit = |t: Option<&Token>| t.is_some_and(|t| hex(t.byte).is_some());
-        if token.byte == b'%' && token.escaped && digit(tokens.get(at + 1)) && digit(tokens.get(at + 2)) {
+        if token.byte == b'%'
+            && token.escaped
+            && digit(tokens.get(at + 1))
+            && digit(tokens.get(at + 2))
+        {
             return Err(PathRefusal::DoubleEncoded);
         }
     }
@@ -119,15 +129,25 @@ fuzz_target!(|data: &[u8]| {
             while i < b.len() {
                 if b[i] == b'%' {
                     let byte = hex(b[i + 1]).expect("hex") << 4 | hex(b[i + 2]).expect("hex");
-                    assert!(!unreserved(byte), "{raw:?} -> {text:?}: an unreserved escape");
-                    assert!(!b[i + 1..i + 3].iter().any(u8::is_ascii_lowercase), "{text:?}");
+                    assert!(
+                        !unreserved(byte),
+                        "{raw:?} -> {text:?}: an unreserved escape"
+                    );
+                    assert!(
+                        !b[i + 1..i + 3].iter().any(u8::is_ascii_lowercase),
+                        "{text:?}"
+                    );
                     i += 3;
                 } else {
                     assert!(b[i] == b'/' || pchar(b[i]), "{raw:?} -> {text:?}");
                     i += 1;
                 }
             }
-            assert_eq!(canonicalize(text).as_ref(), Ok(path), "not idempotent: {text:?}");
+            assert_eq!(
+                canonicalize(text).as_ref(),
+                Ok(path),
+                "not idempotent: {text:?}"
+            );
         }
         (Err(a), Err(b)) => assert_eq!(a, b, "{raw:?}"),
         _ => panic!("{raw:?}: canonicalize says {got:?}, the model says {expected:?}"),

@@ -5,7 +5,8 @@
 #![no_main]
 
 use fencegate::route::{
-    Captures, KeyTemplate, PathPattern, RequestParts, TemplateError, MAX_RESOURCE_KEY_LEN,
+    canonicalize, Captures, KeyTemplate, PathPattern, RequestParts, TemplateError,
+    MAX_RESOURCE_KEY_LEN,
 };
 use http::{HeaderMap, HeaderName, HeaderValue};
 use libfuzzer_sys::fuzz_target;
@@ -34,7 +35,12 @@ fuzz_target!(|data: &[u8]| {
     let (names, captures): (Vec<String>, Captures) = match PathPattern::parse(pattern) {
         Ok(pattern) => {
             let names = pattern.param_names().map(str::to_owned).collect();
-            (names, pattern.matches(path).unwrap_or_default())
+            let captures = canonicalize(path)
+                .ok()
+                .and_then(|canonical| pattern.match_path(&canonical, false).ok().flatten())
+                .map(|found| found.captures)
+                .unwrap_or_default();
+            (names, captures)
         }
         Err(_) => (Vec::new(), Captures::default()),
     };

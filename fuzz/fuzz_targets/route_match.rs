@@ -100,7 +100,11 @@ fuzz_target!(|data: &[u8]| {
         if route.name == routed.route.name {
             break;
         }
-        assert!(!matches(route), "{path:?}: earlier route {} matches", route.name);
+        assert!(
+            !matches(route),
+            "{path:?}: earlier route {} matches",
+            route.name
+        );
     }
     // What is forwarded is canonical too, and routes to the same route.
     let forwarded = canonicalize(&routed.path).expect("the forwarded path is canonical");

@@ -11,10 +11,7 @@ mod support;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use support::client::try_send_h2;
 use support::frameworks::{Applied, Framework, FrameworkUpstream};
 use support::raw::exchange;
 use support::{send, TestGateway};
@@ -423,7 +420,14 @@ async fn send_variant(
                 .iter()
                 .map(|(n, v)| (n.as_str(), v.as_str())),
         );
-        return send_h2_variant(&variant.method, &url, &headers, body).await;
+        // A reset stream or a failed connection is no answer: status 0.
+        return match try_send_h2(&variant.method, &url, &headers, body).await {
+            Some(reply) => {
+                let problem = reply.header("content-type") == Some("application/problem+json");
+                (reply.status.as_u16(), problem)
+            }
+            None => (0, false),
+        };
     }
     let mut head = format!("{} {} HTTP/1.1\r\n", variant.method, variant.target);
     let sets_host = variant
@@ -450,39 +454,6 @@ async fn send_variant(
         .to_ascii_lowercase()
         .contains("content-type: application/problem+json");
     (answer.status().unwrap_or(0), problem)
-}
-
-/// One HTTP/2 request with prior knowledge; a reset stream or a failed connection is status 0.
-async fn send_h2_variant(
-    method: &str,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, bool) {
-    let client = Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .build_http::<Full<Bytes>>();
-    let mut builder = http::Request::builder()
-        .method(http::Method::from_bytes(method.as_bytes()).expect("method"))
-        .uri(url);
-    for (name, value) in headers {
-        builder = builder.header(*name, *value);
-    }
-    let request = builder
-        .body(Full::new(Bytes::from(body.to_owned())))
-        .expect("request");
-    let Ok(response) = client.request(request).await else {
-        return (0, false);
-    };
-    let problem = response
-        .headers()
-        .get("content-type")
-        .is_some_and(|v| v == "application/problem+json");
-    let status = response.status().as_u16();
-    match response.into_body().collect().await {
-        Ok(_) => (status, problem),
-        Err(_) => (0, false),
-    }
 }
 
 /// How one variant ended.

@@ -16,7 +16,8 @@ use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, RequestBody};
 use crate::reload::RouteSource;
 use crate::route::{
-    canonicalize, check_method_override, RouteMatch, RESERVED_PREFIX, UNFENCED_METHODS,
+    canonicalize, check_method_override, PathRefusal, RouteMatch, RouteTable, RESERVED_PREFIX,
+    UNFENCED_METHODS,
 };
 
 #[derive(Clone)]
@@ -64,50 +65,19 @@ where
     }
 
     fn call(&mut self, mut request: Request<RequestBody>) -> Self::Future {
-        let path = request.uri().path();
         let metrics = Arc::clone(&self.metrics);
-        let refuse = |error: GatewayError| {
-            metrics
-                .requests
-                .with_label_values(&[NO_ROUTE, "refused"])
-                .inc();
-            future::ready(Err(error)).boxed()
-        };
         // New requests match the table in force; the match keeps its route alive to the end.
         let table = self.routes.current();
-        let found = canonicalize(path).and_then(|canonical| {
-            if is_reserved(canonical.as_str()) {
-                // `//_fencegate/claim/..`: the gateway's own space, never an upstream's.
-                return Err(crate::route::PathRefusal::ReservedPrefix);
+        let routed = match route_request(&mut request, &table) {
+            Ok(routed) => routed,
+            Err(error) => {
+                metrics
+                    .requests
+                    .with_label_values(&[NO_ROUTE, "refused"])
+                    .inc();
+                return future::ready(Err(error)).boxed();
             }
-            table.find(&canonical, request.method())
-        });
-        let routed = match found {
-            Ok(Some(routed)) => routed,
-            Ok(None) => {
-                let path = path.to_owned();
-                return refuse(GatewayError::NoRoute { path });
-            }
-            Err(why) => return refuse(GatewayError::InvalidPath(why)),
         };
-        if let Err(error) = forward_canonical(&mut request, &routed) {
-            return refuse(error);
-        }
-        if let Err(error) = check_guarded_request(&request, &routed, &table) {
-            return refuse(error);
-        }
-        if !UNFENCED_METHODS.contains(request.method())
-            && request.headers().contains_key(super::DESTINATION)
-        {
-            let host = request_host(&request);
-            match check_destination(request.headers(), host.as_deref(), &table) {
-                Ok(Some(canonical)) => {
-                    request.headers_mut().insert(super::DESTINATION, canonical);
-                }
-                Ok(None) => {}
-                Err(why) => return refuse(GatewayError::Destination(why)),
-            }
-        }
         let route = &routed.route;
         // Before the fence: a body the route would refuse must not advance the mark.
         if declared_length(&request).is_some_and(|length| length > route.max_body as u64) {
@@ -141,13 +111,46 @@ where
     }
 }
 
+/// Finds a request's route from its canonical path, puts that path in the request, and checks
+/// what depends on the route (a method override, a collection write, a `Destination`).
+fn route_request<B>(
+    request: &mut Request<B>,
+    table: &RouteTable,
+) -> Result<RouteMatch, GatewayError> {
+    let path = request.uri().path();
+    let canonical = canonicalize(path).map_err(GatewayError::InvalidPath)?;
+    if is_reserved(canonical.as_str()) {
+        // `//_fencegate/claim/..`: the gateway's own space, never an upstream's.
+        return Err(GatewayError::InvalidPath(PathRefusal::ReservedPrefix));
+    }
+    let routed = table
+        .find(&canonical, request.method())
+        .map_err(GatewayError::InvalidPath)?
+        .ok_or_else(|| GatewayError::NoRoute {
+            path: path.to_owned(),
+        })?;
+    forward_canonical(request, &routed)?;
+    check_guarded_request(request, &routed, table)?;
+    if !UNFENCED_METHODS.contains(request.method())
+        && request.headers().contains_key(super::DESTINATION)
+    {
+        let host = request_host(request);
+        if let Some(canonical) = check_destination(request.headers(), host.as_deref(), table)
+            .map_err(GatewayError::Destination)?
+        {
+            request.headers_mut().insert(super::DESTINATION, canonical);
+        }
+    }
+    Ok(routed)
+}
+
 /// The checks that depend on the route a request reached: a method override on a guarded route
 /// (the upstream may honour it, and the route's method list was decided without it), and a
 /// DELETE or MOVE whose path may be a collection holding fenced resources.
 fn check_guarded_request<B>(
     request: &Request<B>,
     routed: &RouteMatch,
-    table: &crate::route::RouteTable,
+    table: &RouteTable,
 ) -> Result<(), GatewayError> {
     if routed.route.is_guarded() {
         check_method_override(request.headers(), request.uri().query())

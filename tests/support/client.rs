@@ -45,7 +45,30 @@ pub async fn send_h2(method: &str, url: &str, headers: &[(&str, &str)], body: &s
     request(true, method, url, headers, body).await
 }
 
+/// Sends one HTTP/2 request with prior knowledge; `None` when the connection or the stream failed
+/// (a reset stream, say) instead of answering.
+pub async fn try_send_h2(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<Reply> {
+    try_request(true, method, url, headers, body).await.ok()
+}
+
 async fn request(h2: bool, method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    try_request(h2, method, url, headers, body)
+        .await
+        .unwrap_or_else(|e| panic!("gateway answers: {e}"))
+}
+
+async fn try_request(
+    h2: bool,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<Reply, Box<dyn std::error::Error + Send + Sync>> {
     let client = Client::builder(TokioExecutor::new())
         .http2_only(h2)
         .build_http::<Full<Bytes>>();
@@ -58,12 +81,12 @@ async fn request(h2: bool, method: &str, url: &str, headers: &[(&str, &str)], bo
     let request = builder
         .body(Full::new(Bytes::from(body.to_owned())))
         .expect("request");
-    let response = client.request(request).await.expect("gateway answers");
+    let response = client.request(request).await?;
     let (parts, body) = response.into_parts();
-    let body = body.collect().await.expect("whole body").to_bytes();
-    Reply {
+    let body = body.collect().await?.to_bytes();
+    Ok(Reply {
         status: parts.status,
         headers: parts.headers,
         body,
-    }
+    })
 }

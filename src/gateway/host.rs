@@ -3,7 +3,6 @@
 //! that routes by host, or a `preserve_host` route, must not pick a different host than the one
 //! the gateway saw.
 
-use http::uri::Authority;
 use http::{header, Request, Version};
 
 /// Why a request's host was refused (400 `invalid-host`).
@@ -34,20 +33,47 @@ pub fn check_host<B>(request: &Request<B>) -> Result<(), HostRefusal> {
             _ => Ok(()),
         };
     };
-    let host: Authority = host
-        .to_str()
-        .ok()
-        .and_then(|text| text.parse().ok())
-        .ok_or(HostRefusal::Invalid)?;
-    if host.as_str().contains('@') {
+    let host = host.to_str().map_err(|_| HostRefusal::Invalid)?;
+    if !is_host_and_port(host) {
         return Err(HostRefusal::Invalid);
     }
     match target {
-        Some(target) if !same_authority(target.as_str(), host.as_str()) => {
-            Err(HostRefusal::Mismatch)
-        }
+        Some(target) if !same_authority(target.as_str(), host) => Err(HostRefusal::Mismatch),
         _ => Ok(()),
     }
+}
+
+/// Whether `text` is a `host[:port]` (RFC 3986 §3.2.2–3.2.3): a registered name or IPv4 address
+/// of unreserved characters, sub-delimiters and escapes, or a bracketed IPv6 literal, then an
+/// optional port of digits. No user information (`@`), no path, nothing empty.
+fn is_host_and_port(text: &str) -> bool {
+    let (host, port) = match text.strip_prefix('[') {
+        Some(literal) => match literal.split_once(']') {
+            Some((address, rest))
+                if !address.is_empty()
+                    && address
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.') =>
+            {
+                (address, rest)
+            }
+            _ => return false,
+        },
+        None => {
+            let end = text.find(':').unwrap_or(text.len());
+            let host = &text[..end];
+            let name = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(&b);
+            if host.is_empty() || !host.bytes().all(name) {
+                return false;
+            }
+            (host, &text[end..])
+        }
+    };
+    !host.is_empty()
+        && match port.strip_prefix(':') {
+            None => port.is_empty(),
+            Some(digits) => digits.len() <= 5 && digits.bytes().all(|b| b.is_ascii_digit()),
+        }
 }
 
 /// Whether two authorities name the same host and port: compared without case, a default port
@@ -91,6 +117,8 @@ mod tests {
             ),
             request("http://example.com/a", Version::HTTP_2, &[]),
             request("/a", Version::HTTP_10, &[]),
+            request("/a", Version::HTTP_11, &["[::1]:8080"]),
+            request("/a", Version::HTTP_11, &["127.0.0.1:0"]),
         ];
         for r in ok {
             assert_eq!(check_host(&r), Ok(()), "{r:?}");

@@ -42,14 +42,23 @@ fn hop_by_hop_bit(name: &HeaderName) -> Option<u16> {
 }
 
 /// Headers through which some servers let a request name another path than its request line's.
-const PATH_OVERRIDE_HEADERS: [&str; 2] = ["x-original-url", "x-rewrite-url"];
+const PATH_OVERRIDE_HEADERS: [HeaderName; 2] = [
+    HeaderName::from_static("x-original-url"),
+    HeaderName::from_static("x-rewrite-url"),
+];
 
 /// Removes `X-Original-URL` and `X-Rewrite-URL`, which older Symfony and Zend applications and
 /// IIS's URL rewriting read as the request's path: the upstream must see only the path the
 /// gateway routed.
 pub fn strip_path_override_headers(headers: &mut HeaderMap) {
-    for name in PATH_OVERRIDE_HEADERS {
-        headers.remove(name);
+    // One pass over the names (short, compared by length first) instead of a hash per name.
+    if headers
+        .keys()
+        .any(|name| PATH_OVERRIDE_HEADERS.contains(name))
+    {
+        for name in &PATH_OVERRIDE_HEADERS {
+            headers.remove(name);
+        }
     }
 }
 

@@ -87,7 +87,19 @@ pub fn canonicalize(raw: &str) -> Result<CanonicalPath, PathRefusal> {
     if bytes.first() != Some(&b'/') {
         return Err(PathRefusal::NotAbsolute);
     }
+    if is_canonical_already(bytes) {
+        // The common case: nothing to decode, escape or merge; only dot segments to look for.
+        for segment in raw[1..].split('/') {
+            check_segment(segment.as_bytes())?;
+        }
+        return Ok(CanonicalPath {
+            text: raw.to_owned(),
+        });
+    }
     let mut text = String::with_capacity(raw.len());
+    // Where the segment being built starts in `text`, and whether a `%25` was written.
+    let mut segment_start = 1;
+    let mut escaped_percent = false;
     let mut i = 0;
     while let Some(&byte) = bytes.get(i) {
         match byte {
@@ -97,7 +109,10 @@ pub fn canonicalize(raw: &str) -> Result<CanonicalPath, PathRefusal> {
                     b'/' | b'\\' => return Err(PathRefusal::EncodedSeparator),
                     0 => return Err(PathRefusal::EncodedNul),
                     _ if is_unreserved(decoded) => text.push(char::from(decoded)),
-                    _ => push_escaped(&mut text, decoded),
+                    _ => {
+                        escaped_percent |= decoded == b'%';
+                        push_escaped(&mut text, decoded);
+                    }
                 }
                 i += 3;
             }
@@ -105,7 +120,9 @@ pub fn canonicalize(raw: &str) -> Result<CanonicalPath, PathRefusal> {
             0 => return Err(PathRefusal::EncodedNul),
             b'/' => {
                 if !text.ends_with('/') {
+                    check_segment(&text.as_bytes()[segment_start.min(text.len())..])?;
                     text.push('/');
+                    segment_start = text.len();
                 }
                 i += 1;
             }
@@ -119,21 +136,44 @@ pub fn canonicalize(raw: &str) -> Result<CanonicalPath, PathRefusal> {
             }
         }
     }
+    check_segment(&text.as_bytes()[segment_start.min(text.len())..])?;
     // Checked on the result, so that `%25%32%65` (which becomes `%252e`) is caught too.
-    if text
-        .match_indices("%25")
-        .any(|(at, _)| is_hex_pair(text.as_bytes(), at + 3))
+    if escaped_percent
+        && text
+            .match_indices("%25")
+            .any(|(at, _)| is_hex_pair(text.as_bytes(), at + 3))
     {
         return Err(PathRefusal::DoubleEncoded);
     }
-    for segment in text.split('/') {
-        // `..;x` is `..` to an upstream that strips path parameters first.
-        let name = segment.split_once(';').map_or(segment, |(name, _)| name);
-        if name == "." || name == ".." {
-            return Err(PathRefusal::DotSegment);
-        }
-    }
     Ok(CanonicalPath { text })
+}
+
+/// Whether a path has nothing to decode, escape or merge: only `pchar` and single slashes.
+fn is_canonical_already(bytes: &[u8]) -> bool {
+    let mut previous_slash = false;
+    bytes.iter().all(|&byte| {
+        let slash = byte == b'/';
+        let ok = if slash {
+            !previous_slash
+        } else {
+            is_pchar(byte)
+        };
+        previous_slash = slash;
+        ok
+    })
+}
+
+/// Refuses a dot segment: `.` or `..`, also before `;` parameters (`..;x` is `..` to an upstream
+/// that strips path parameters first).
+fn check_segment(segment: &[u8]) -> Result<(), PathRefusal> {
+    let name = match segment.iter().position(|&b| b == b';') {
+        Some(end) => &segment[..end],
+        None => segment,
+    };
+    if name == b"." || name == b".." {
+        return Err(PathRefusal::DotSegment);
+    }
+    Ok(())
 }
 
 /// Makes one literal segment of a route pattern canonical, as a request path would be; `None` when

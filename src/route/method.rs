@@ -65,15 +65,15 @@ pub enum MethodRefusal {
         canonical: &'static str,
     },
     #[error("the request overrides its method with {0}, which some frameworks honour; send the method itself")]
-    Override(&'static str),
+    Override(String),
 }
 
 /// Headers through which Rails, Symfony, Express's method-override and others let a request
 /// claim another method than its own.
-const OVERRIDE_HEADERS: [&str; 3] = [
-    "x-http-method-override",
-    "x-http-method",
-    "x-method-override",
+const OVERRIDE_HEADERS: [http::HeaderName; 3] = [
+    http::HeaderName::from_static("x-http-method-override"),
+    http::HeaderName::from_static("x-http-method"),
+    http::HeaderName::from_static("x-method-override"),
 ];
 
 /// Refuses a request that names another method for itself: an override header, or Symfony's and
@@ -82,8 +82,8 @@ pub fn check_method_override(
     headers: &http::HeaderMap,
     query: Option<&str>,
 ) -> Result<(), MethodRefusal> {
-    if let Some(name) = OVERRIDE_HEADERS.iter().find(|h| headers.contains_key(**h)) {
-        return Err(MethodRefusal::Override(name));
+    if let Some(name) = OVERRIDE_HEADERS.iter().find(|h| headers.contains_key(*h)) {
+        return Err(MethodRefusal::Override(name.as_str().to_owned()));
     }
     let names_method = |pair: &str| {
         let name = pair.split_once('=').map_or(pair, |(name, _)| name);
@@ -91,7 +91,9 @@ pub fn check_method_override(
         name.eq_ignore_ascii_case("_method") || name.eq_ignore_ascii_case("%5Fmethod")
     };
     if query.is_some_and(|q| q.split(['&', ';']).any(names_method)) {
-        return Err(MethodRefusal::Override("the _method query parameter"));
+        return Err(MethodRefusal::Override(
+            "the _method query parameter".to_owned(),
+        ));
     }
     Ok(())
 }
@@ -200,7 +202,7 @@ mod tests {
         headers.insert("x-http-method-override", "PUT".parse().unwrap());
         assert_eq!(
             check_method_override(&headers, None),
-            Err(MethodRefusal::Override("x-http-method-override"))
+            Err(MethodRefusal::Override("x-http-method-override".to_owned()))
         );
     }
 

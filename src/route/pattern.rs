@@ -22,18 +22,30 @@ enum Segment {
 struct Literal {
     text: String,
     decoded: String,
+    /// ASCII without escapes: then only an ASCII request segment without escapes can match.
+    plain: bool,
 }
 
 impl Literal {
     fn new(text: String) -> Literal {
         let decoded = percent_decode_str(&text).decode_utf8_lossy().into_owned();
-        Literal { text, decoded }
+        let plain = is_plain(&text);
+        Literal {
+            text,
+            decoded,
+            plain,
+        }
     }
 
     /// Whether a canonical request segment names this literal.
     fn matches(&self, part: &str, case_sensitive: bool) -> bool {
-        if part == self.text {
-            return true;
+        let same = if case_sensitive {
+            part == self.text
+        } else {
+            part.eq_ignore_ascii_case(&self.text)
+        };
+        if same || (self.plain && is_plain(part)) {
+            return same;
         }
         let Ok(decoded) = percent_decode_str(part).decode_utf8() else {
             return false;
@@ -44,6 +56,11 @@ impl Literal {
             same_ignoring_case(&decoded, &self.decoded)
         }
     }
+}
+
+/// ASCII without escapes: compares as it is spelled.
+fn is_plain(text: &str) -> bool {
+    text.bytes().all(|b| b.is_ascii() && b != b'%')
 }
 
 /// A compiled path pattern.
@@ -191,6 +208,25 @@ impl PathPattern {
         self.segments.len() == other.segments.len()
     }
 
+    /// Whether `segments` have this pattern's shape: its literals, a non-empty segment for each
+    /// parameter, and a non-empty remainder for a rest parameter.
+    fn has_shape_of(&self, segments: &[&str], case_sensitive: bool) -> bool {
+        for (i, segment) in self.segments.iter().enumerate() {
+            let Some(part) = segments.get(i) else {
+                return false;
+            };
+            let fits = match segment {
+                Segment::Literal(literal) => literal.matches(part, case_sensitive),
+                Segment::Param(_) => !part.is_empty(),
+                Segment::Rest(_) => return segments[i..].iter().any(|p| !p.is_empty()),
+            };
+            if !fits {
+                return false;
+            }
+        }
+        segments.len() == self.segments.len()
+    }
+
     /// Whether the pattern ends in `{*name}`, whose matches may be collections of other matches.
     pub fn ends_in_rest(&self) -> bool {
         matches!(self.segments.last(), Some(Segment::Rest(_)))
@@ -222,9 +258,26 @@ impl PathPattern {
         path: &CanonicalPath,
         case_sensitive: bool,
     ) -> Result<Option<PathMatch>, PathRefusal> {
-        let mut parts = path.segments();
+        let parts: Vec<&str> = path.segments().collect();
+        self.match_segments(&parts, path.has_trailing_slash(), case_sensitive)
+    }
+
+    /// [`match_path`](Self::match_path) on a path already split into its segments (the trailing
+    /// slash dropped, and said by `trailing_slash`), so that a table splits a path once.
+    pub fn match_segments(
+        &self,
+        segments: &[&str],
+        trailing_slash: bool,
+        case_sensitive: bool,
+    ) -> Result<Option<PathMatch>, PathRefusal> {
+        // Whether the shape matches, before anything is built: most routes a path is tried
+        // against miss at once.
+        if !self.has_shape_of(segments, case_sensitive) {
+            return Ok(None);
+        }
+        let size = segments.iter().map(|p| p.len() + 1).sum::<usize>() + 1;
+        let mut forward = String::with_capacity(size);
         let mut captures = Vec::new();
-        let mut forward = String::with_capacity(path.as_str().len());
         let mut refusal = None;
         let mut capture = |name: &str, raw: &str, limit: usize| {
             match check_capture(raw, limit) {
@@ -234,42 +287,22 @@ impl PathPattern {
                 }
             };
         };
-        for segment in &self.segments {
+        for (i, segment) in self.segments.iter().enumerate() {
             forward.push('/');
-            if let Segment::Rest(name) = segment {
-                let rest: Vec<&str> = parts.by_ref().collect();
-                let rest = rest.join("/");
-                if rest.is_empty() {
-                    return Ok(None);
-                }
-                capture(name, &rest, usize::MAX);
-                forward.push_str(&rest);
-                break;
-            }
-            let Some(part) = parts.next() else {
-                return Ok(None);
-            };
             match segment {
-                Segment::Literal(literal) => {
-                    if !literal.matches(part, case_sensitive) {
-                        return Ok(None);
-                    }
-                    forward.push_str(&literal.text);
-                }
+                Segment::Literal(literal) => forward.push_str(&literal.text),
                 Segment::Param(name) => {
-                    if part.is_empty() {
-                        return Ok(None);
-                    }
-                    capture(name, part, MAX_CAPTURE_LEN);
-                    forward.push_str(part);
+                    capture(name, segments[i], MAX_CAPTURE_LEN);
+                    forward.push_str(segments[i]);
                 }
-                Segment::Rest(_) => return Ok(None),
+                Segment::Rest(name) => {
+                    let rest = segments[i..].join("/");
+                    capture(name, &rest, usize::MAX);
+                    forward.push_str(&rest);
+                }
             }
         }
-        if parts.next().is_some() {
-            return Ok(None);
-        }
-        if path.has_trailing_slash() {
+        if trailing_slash {
             forward.push('/');
         }
         match refusal {

@@ -222,8 +222,14 @@ impl RouteTable {
 
     /// The first route whose pattern matches `path`, read literally.
     pub fn first_match(&self, path: &CanonicalPath) -> Result<Option<RouteMatch>, PathRefusal> {
+        let segments: Vec<&str> = path.segments().collect();
+        let trailing_slash = path.has_trailing_slash();
         for route in &self.routes {
-            if let Some(found) = route.pattern.match_path(path, route.case_sensitive)? {
+            let found =
+                route
+                    .pattern
+                    .match_segments(&segments, trailing_slash, route.case_sensitive)?;
+            if let Some(found) = found {
                 return Ok(Some(RouteMatch {
                     route: Arc::clone(route),
                     captures: found.captures,

@@ -61,7 +61,7 @@ impl App {
             admin_token(admin)?;
         }
         let opened = store::open(&config.store).await?;
-        let gates = Gates::open(&config.store).await?;
+        let gates = Gates::new(opened.turns.clone(), config.store.turn_margin());
         let app = App::assemble(config, routes, opened.fences, Some(opened.intents), gates);
         adoption::check(
             app.backend.as_ref(),
@@ -269,7 +269,7 @@ impl App {
             admin.abort();
         }
         if let Some(shared) = &self.gates.shared {
-            shared.close().await;
+            shared.close();
         }
         if let Err(e) = self.store.close().await {
             tracing::warn!(error = %e, "closing the store failed");

@@ -95,6 +95,8 @@ pub enum GatewayError {
         key: String,
         after: Duration,
     },
+    #[error("route {route}: key {key}: the forward outlasted its key's turn and was cut")]
+    TurnLapsed { route: String, key: String },
     #[error("route {route}: key {key}: the fence store did not answer within {after:?}")]
     StoreTimeout {
         route: String,
@@ -233,6 +235,11 @@ impl GatewayError {
             GatewayError::GateTimeout { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, "gate-timeout", "Key busy")
             }
+            GatewayError::TurnLapsed { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "turn-lapsed",
+                "Key turn ran out",
+            ),
             GatewayError::StoreFailed {
                 source: StoreError::Untrusted { .. },
                 ..
@@ -365,7 +372,8 @@ impl GatewayError {
             }
             GatewayError::StoreTimeout { route, key, .. }
             | GatewayError::StoreFailed { route, key, .. }
-            | GatewayError::GateTimeout { route, key, .. } => {
+            | GatewayError::GateTimeout { route, key, .. }
+            | GatewayError::TurnLapsed { route, key } => {
                 problem.route = Some(route.clone());
                 problem.key = Some(key.clone());
                 extra = Some((

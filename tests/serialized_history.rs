@@ -52,7 +52,7 @@ async fn run(ordering: &str, upstream_delay: Duration) -> Run {
         .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"));
     leases::create_table(&pool, &schema).await;
     let upstream = RecordingUpstream::start(Behavior::RandomDelay(upstream_delay)).await;
-    let store = format!("[store]\nbackend = \"postgres\"\nurl = \"{TEST_POSTGRES_URL}\"\nschema = \"{schema}\"\nmax_connections = 4\ngate_connections = 16\n");
+    let store = format!("[store]\nbackend = \"postgres\"\nurl = \"{TEST_POSTGRES_URL}\"\nschema = \"{schema}\"\nmax_connections = 4\n");
     let route = fenced_route("acct", &upstream.url(), "enforce", "monotonic").replace(
         "compare = \"monotonic\"",
         &format!("compare = \"monotonic\"\nordering = \"{ordering}\""),

@@ -20,7 +20,7 @@ fn config(schema: &str) -> PostgresStoreConfig {
         schema: schema.to_owned(),
         max_connections: 8,
         batches_in_flight: DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
-        gate_connections: 8,
+        turn_margin: fencegate::config::DEFAULT_TURN_MARGIN,
         max_batch: DEFAULT_MAX_BATCH,
         cache_capacity: DEFAULT_CACHE_CAPACITY,
     }

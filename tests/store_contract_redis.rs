@@ -23,6 +23,7 @@ fn config(url: &str, prefix: &str) -> RedisStoreConfig {
         url: url.to_owned(),
         key_prefix: prefix.to_owned(),
         require_durable: false,
+        turn_margin: fencegate::config::DEFAULT_TURN_MARGIN,
         max_batch: DEFAULT_MAX_BATCH,
         cache_capacity: DEFAULT_CACHE_CAPACITY,
     }

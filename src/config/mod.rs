@@ -54,8 +54,8 @@ pub const DEFAULT_CACHE_CAPACITY: usize = 100_000;
 pub const DEFAULT_POSTGRES_SCHEMA: &str = "fencegate";
 /// Connections in the PostgreSQL pool of one gateway.
 pub const DEFAULT_POSTGRES_MAX_CONNECTIONS: u32 = 16;
-/// Connections of one gateway's cross-replica gate pool.
-pub const DEFAULT_POSTGRES_GATE_CONNECTIONS: u32 = 64;
+/// How much longer than its holder's deadline a key's turn stays leased in a network store.
+pub const DEFAULT_TURN_MARGIN: Duration = Duration::from_secs(5);
 /// Batched advance statements each serving thread runs at once on PostgreSQL. Few, so that
 /// concurrent advances wait for a turn and join a larger batch (the batch grows with the round
 /// trip, as the embedded store's group commit does). Measured on 2 cores, c=64,
@@ -181,6 +181,15 @@ impl StoreConfig {
         }
     }
 
+    /// How much longer than its forward can last a key's turn stays leased (network stores).
+    pub fn turn_margin(&self) -> Duration {
+        match self {
+            StoreConfig::Embedded(_) => Duration::ZERO,
+            StoreConfig::Postgres(c) => c.turn_margin,
+            StoreConfig::Redis(c) => c.turn_margin,
+        }
+    }
+
     /// Most advances sent to the store in one round trip / one commit.
     pub fn max_batch(&self) -> usize {
         match self {
@@ -235,10 +244,10 @@ pub struct PostgresStoreConfig {
     /// that thread's own), and batched mark reads running at once (on the pool).
     #[serde(default = "default_postgres_batches_in_flight")]
     pub batches_in_flight: usize,
-    /// Connections for the cross-replica key gate (`ordering = "serialize"`): each forward in
-    /// flight holds one, so this bounds how many keys are written at once per gateway.
-    #[serde(default = "default_postgres_gate_connections")]
-    pub gate_connections: u32,
+    /// How much longer than its forward can last a key's turn stays leased in the store
+    /// (`ordering = "serialize"`): a gateway frozen longer than this could outlive its lease.
+    #[serde(default = "default_turn_margin", with = "duration")]
+    pub turn_margin: Duration,
     #[serde(default = "default_max_batch")]
     pub max_batch: usize,
     #[serde(default = "default_cache_capacity")]
@@ -257,6 +266,9 @@ pub struct RedisStoreConfig {
     /// Refuse to start when the server's persistence settings would lose marks on a restart.
     #[serde(default)]
     pub require_durable: bool,
+    /// As for PostgreSQL: how much longer than its forward can last a key's turn stays leased.
+    #[serde(default = "default_turn_margin", with = "duration")]
+    pub turn_margin: Duration,
     #[serde(default = "default_max_batch")]
     pub max_batch: usize,
     #[serde(default = "default_cache_capacity")]
@@ -555,8 +567,8 @@ fn default_postgres_max_connections() -> u32 {
 fn default_postgres_batches_in_flight() -> usize {
     DEFAULT_POSTGRES_BATCHES_IN_FLIGHT
 }
-fn default_postgres_gate_connections() -> u32 {
-    DEFAULT_POSTGRES_GATE_CONNECTIONS
+fn default_turn_margin() -> Duration {
+    DEFAULT_TURN_MARGIN
 }
 fn default_redis_key_prefix() -> String {
     DEFAULT_REDIS_KEY_PREFIX.to_owned()

@@ -1,18 +1,19 @@
 //! `GateLayer` → `Gate<S>`: serializes admitted writes per key (route `ordering = "serialize"`).
 //! A request waits for its key's turn (bounded by `gate_timeout`), then re-checks its token: if a
-//! newer one was admitted while it waited, it is refused with 409 and never forwarded. On
-//! PostgreSQL it also makes the advance the fence left to it, in the statement that takes the
-//! key's lock, for a key open in this process.
+//! newer one was admitted while it waited, it is refused with 409 and never forwarded. With a
+//! cross-replica gate it also makes the advance the fence left to it, in the store step that
+//! takes the key's turn, for a key open in this process; the forward must end before the turn's
+//! deadline.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 use http_body_util::BodyExt as _;
 use tower::{Layer, Service};
 
-use super::{Busy, GatedBody, Gates, LocalPass, PostgresGate, SharedGateError, SharedPass};
+use super::{Busy, GatedBody, Gates, LocalPass, SharedGate, SharedGateError, SharedPass};
 use crate::config::Ordering;
 use crate::error::GatewayError;
 use crate::fence::{judge_advance, Admitted, DeferredAdvance};
@@ -59,10 +60,19 @@ pub struct Gate<S> {
     inner: S,
 }
 
+/// How long after its turn was taken a forward can still run: the route's timeout, the re-check's
+/// store read, and the time to tear the upstream connection down. A turn is leased for this plus
+/// the store's `turn_margin`, and the forward is cut at its end if the lease was not renewed.
+const TEARDOWN: Duration = Duration::from_secs(1);
+
+fn turn_hold(route: &CompiledRoute) -> Duration {
+    route.timeout + route.fence.store_timeout + TEARDOWN
+}
+
 /// Both gates of one forward, released together when the response body ends.
 struct Passes {
-    // Field order is drop order: the shared lock goes first, then waiters in this process run.
-    _shared: Option<SharedPass>,
+    // Field order is drop order: the shared turn goes first, then waiters in this process run.
+    shared: Option<SharedPass>,
     _local: LocalPass,
 }
 
@@ -121,16 +131,30 @@ where
             } = entered?;
             if !checked {
                 let cached = || store.known_mark(&admitted.key);
-                match recheck_source(passes._shared.as_ref(), passes._local.waited(), cached) {
+                match recheck_source(passes.shared.as_ref(), passes._local.waited(), cached) {
                     Recheck::Known(current) => superseded(current, &route, &admitted)?,
                     Recheck::AskStore => recheck(store.as_ref(), &route, &admitted).await?,
                 }
             }
+            let key = admitted.key.clone();
             request.extensions_mut().insert(admitted);
             // On an upstream error or timeout the passes drop here, after the upstream call
             // (and with it its connection) has been dropped.
-            let response = inner.call(request).await?;
-            Ok(response.map(|body| GatedBody::new(body, passes).boxed()))
+            let Some(deadline) = passes.shared.as_ref().map(SharedPass::deadline) else {
+                let response = inner.call(request).await?;
+                return Ok(response.map(|body| GatedBody::new(body, passes).boxed()));
+            };
+            let response = tokio::time::timeout_at(deadline, inner.call(request))
+                .await
+                .map_err(|_| GatewayError::TurnLapsed {
+                    route: route.name.clone(),
+                    key,
+                })??;
+            let watch = passes.shared.as_ref().map(SharedPass::watch);
+            Ok(response.map(|body| match watch {
+                Some(watch) => GatedBody::watched(body, watch, passes).boxed(),
+                None => GatedBody::new(body, passes).boxed(),
+            }))
         })
     }
 }
@@ -190,11 +214,11 @@ async fn admit_and_enter(
     enter(gates, route, Admitted { key, token }, local).await
 }
 
-/// Takes the key's cross-replica lock and advances its mark in one lock-holder statement (bounded
-/// by `store_timeout`, like any advance). A key another replica holds is waited for (bounded by
-/// `gate_timeout`) and then advanced under its lock.
+/// Takes the key's cross-replica turn and advances its mark in one store step (bounded by
+/// `store_timeout`, like any advance). A key another replica holds is waited for (bounded by
+/// `gate_timeout`) and then advanced under its turn.
 async fn lock_and_advance(
-    shared: &PostgresGate,
+    shared: &SharedGate,
     local: LocalPass,
     route: &CompiledRoute,
     key: String,
@@ -212,9 +236,10 @@ async fn lock_and_advance(
         floor,
         took,
     };
+    let hold = turn_hold(route);
     let tried = tokio::time::timeout(
         route.fence.store_timeout,
-        shared.try_enter_and_advance(&key, token),
+        shared.try_enter_and_advance(&key, token, hold),
     )
     .await;
     let (pass, advanced) = match tried {
@@ -224,7 +249,7 @@ async fn lock_and_advance(
         }
         Ok(Ok(None)) => {
             let left = route.fence.gate_timeout.saturating_sub(started.elapsed());
-            let pass = match shared.wait_for(&key, left).await {
+            let pass = match shared.enter(&key, left, hold).await {
                 Ok(pass) => pass,
                 Err(error) => return Err(shared_gate_error(route, &key, error)),
             };
@@ -243,11 +268,11 @@ async fn lock_and_advance(
     };
     let key = judge_advance(route, key, token, advanced)?;
     let pass = pass.ok_or(GatewayError::Internal(
-        "a gate advance was accepted without its lock",
+        "a gate advance was accepted without its turn",
     ))?;
     Ok(Entered {
         passes: Passes {
-            _shared: Some(pass),
+            shared: Some(pass),
             _local: local,
         },
         admitted: Admitted { key, token },
@@ -282,7 +307,7 @@ async fn enter(
         None => None,
         Some(shared) => {
             let left = wait.saturating_sub(started.elapsed());
-            match shared.enter(&admitted.key, left).await {
+            match shared.enter(&admitted.key, left, turn_hold(route)).await {
                 Ok(pass) => Some(pass),
                 Err(error) => return Err(shared_gate_error(route, &admitted.key, error)),
             }
@@ -290,7 +315,7 @@ async fn enter(
     };
     Ok(Entered {
         passes: Passes {
-            _shared: shared,
+            shared,
             _local: local,
         },
         admitted,
@@ -325,25 +350,24 @@ enum Recheck {
 
 /// Picks the re-check's source once a request holds its key's gate.
 ///
-/// - A PostgreSQL pass taken by a lock-holder session comes with the mark read right after the
-///   lock: nothing newer can have been admitted by any replica in between that the read missed.
+/// - A cross-replica turn comes with the mark read once the turn was held: nothing newer can
+///   have been admitted by any replica in between that the read missed.
 /// - A request that found its key open in this process and has no shared lock (Redis, the
 ///   embedded store) uses the cached mark. Every admission in this process raises the cache
 ///   before its request reaches the gate, and its own admission put the key there; a newer token
 ///   admitted here since, even one already forwarded, is in the cache. Other replicas are not
 ///   ordered against this one without a shared gate, so a store read would only narrow a race it
 ///   cannot close. A key no longer cached (evicted) is read from the store.
-/// - Otherwise (it waited for its turn, or waited for another replica's lock on a dedicated
-///   connection) the store is read.
+/// - Otherwise (it waited for its turn in this process) the store is read.
 fn recheck_source(
     shared: Option<&SharedPass>,
     waited: bool,
     cached: impl FnOnce() -> Option<u64>,
 ) -> Recheck {
-    if let Some(mark) = shared.and_then(SharedPass::mark_under_lock) {
-        return Recheck::Known(mark);
+    if let Some(pass) = shared {
+        return Recheck::Known(pass.mark_under_turn());
     }
-    if shared.is_some() || waited {
+    if waited {
         return Recheck::AskStore;
     }
     cached().map_or(Recheck::AskStore, |mark| Recheck::Known(Some(mark)))

@@ -1,53 +1,66 @@
 //! Serialized generations (I4): at most one forwarded write per resource key in flight to the
-//! upstream, in admission order. `local.rs` orders one process; `postgres.rs` extends the order
-//! across replicas sharing a PostgreSQL store; `layer.rs` puts the gate on the request path and
-//! `body.rs` holds it until the upstream's response has been streamed.
+//! upstream, in admission order. `local.rs` orders one process; `shared.rs` extends the order
+//! across replicas through key turns leased in the store; `layer.rs` puts the gate on the request
+//! path and `body.rs` holds it until the upstream's response has been streamed.
 
 mod body;
-mod holders;
 mod layer;
 mod local;
-mod lock_holder;
-mod postgres;
+mod shared;
 
 pub use body::GatedBody;
 pub use layer::{Gate, GateLayer};
 pub use local::{Busy, LocalGate, LocalPass};
-pub use postgres::{DedicatedLock, PostgresGate, SharedGateError, SharedPass};
+pub use shared::{SharedGate, SharedGateError, SharedPass, TurnWatch};
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::config::StoreConfig;
-use crate::store::StoreError;
+use crate::store::TurnStore;
 
 /// The gates of one gateway: always the in-process one, plus the cross-replica one where the
-/// store can provide it.
+/// store keeps key turns (PostgreSQL, Redis; the embedded store is single-node).
 #[derive(Clone)]
 pub struct Gates {
     pub local: Arc<LocalGate>,
-    pub shared: Option<Arc<PostgresGate>>,
+    pub shared: Option<Arc<SharedGate>>,
 }
 
 impl Gates {
-    /// Opens the gates the store configuration allows: PostgreSQL gets a cross-replica gate;
-    /// the embedded store is single-node; Redis offers none that stays sound when a holder pauses
-    /// (see the README), so only the in-process order holds there.
-    pub async fn open(config: &StoreConfig) -> Result<Gates, StoreError> {
-        let shared = match config {
-            StoreConfig::Postgres(postgres) => Some(Arc::new(PostgresGate::open(postgres).await?)),
-            StoreConfig::Embedded(_) | StoreConfig::Redis(_) => None,
-        };
-        Ok(Gates {
+    /// The gates over a backend's key turns, if it has them; `margin` is how much longer than
+    /// its holder's deadline a turn stays leased. Starts the turn keeper on the calling runtime.
+    pub fn new(turns: Option<Arc<dyn TurnStore>>, margin: Duration) -> Gates {
+        Gates {
             local: Arc::new(LocalGate::default()),
-            shared,
-        })
+            shared: turns.map(|turns| Arc::new(SharedGate::new(turns, margin))),
+        }
     }
 
     /// Only the in-process gate.
     pub fn local_only() -> Gates {
-        Gates {
-            local: Arc::new(LocalGate::default()),
-            shared: None,
+        Gates::new(None, Duration::ZERO)
+    }
+
+    /// Waits, at most `wait`, until every write of `key` that took or queued for its turn
+    /// before this call, in this process and across replicas, has ended: takes the key's turn
+    /// (in this process, then across replicas) and gives it back at once. A claim does this
+    /// after raising the mark, so its answer means no older generation reaches the upstream
+    /// later (those still queued are refused by their re-check).
+    pub async fn wait_for_turn(&self, key: &str, wait: Duration) -> Result<(), SharedGateError> {
+        let started = std::time::Instant::now();
+        let local = tokio::time::timeout(wait, self.local.enter(key))
+            .await
+            .map_err(|_| SharedGateError::Timeout(wait))?;
+        if let Some(shared) = &self.shared {
+            let left = wait.saturating_sub(started.elapsed());
+            // Nothing is forwarded under this turn: it is held for one store round.
+            let pass = shared.enter(key, left, CLAIM_HOLD).await?;
+            drop(pass);
         }
+        drop(local);
+        Ok(())
     }
 }
+
+/// How long a claim's turn is held at most (it is given back as soon as it is taken).
+const CLAIM_HOLD: Duration = Duration::from_secs(1);

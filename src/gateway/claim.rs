@@ -2,6 +2,11 @@
 //! without writing anything upstream (DESIGN §5), so a zombie's write that would otherwise arrive
 //! before the holder's first write is refused too.
 //!
+//! On a gateway with serialized routes a claim that raised the mark answers only once every
+//! write of the key admitted before it has ended at the upstream (or was refused): its 200 means
+//! no older generation reaches the upstream after it. The wait is bounded by the largest
+//! `gate_timeout` of those routes, then 503 `gate-timeout`.
+//!
 //! A claim belongs to no route, so it is held to the strictest token rules of the routes that
 //! enforce: when any of them requires signed tokens, a claim needs a signature valid under one of
 //! their secrets (in that route's signature header), and the smallest `max_advance` among them
@@ -14,9 +19,10 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use percent_encoding::percent_decode_str;
 use serde::Serialize;
 
-use crate::config::{Compare, FenceMode, DEFAULT_STORE_TIMEOUT};
+use crate::config::{Compare, FenceMode, Ordering, DEFAULT_STORE_TIMEOUT};
 use crate::error::GatewayError;
 use crate::fence::{check_max_advance, read_fence_header, SignatureError, SignatureKey};
+use crate::gate::{Gates, SharedGateError};
 use crate::proxy::{full_body, ProxyBody};
 use crate::reload::RouteSource;
 use crate::route::{CompiledRoute, RouteTable, MAX_RESOURCE_KEY_LEN, RESERVED_PREFIX};
@@ -33,6 +39,7 @@ const CLAIM_ROUTE: &str = "_claim";
 pub struct Claim {
     store: Arc<dyn FenceStore>,
     routes: Arc<RouteSource>,
+    gates: Gates,
 }
 
 #[derive(Serialize)]
@@ -43,8 +50,12 @@ struct Claimed<'a> {
 }
 
 impl Claim {
-    pub fn new(store: Arc<dyn FenceStore>, routes: Arc<RouteSource>) -> Claim {
-        Claim { store, routes }
+    pub fn new(store: Arc<dyn FenceStore>, routes: Arc<RouteSource>, gates: Gates) -> Claim {
+        Claim {
+            store,
+            routes,
+            gates,
+        }
     }
 
     /// Answers a request under the reserved prefix. Claims compare monotonically: re-claiming the
@@ -93,6 +104,7 @@ impl Claim {
         .await;
         match advanced {
             Ok(Ok(Advance::Accepted { previous })) => {
+                self.wait_for_earlier_writes(&table, &key).await?;
                 tracing::info!(%key, token, ?previous, "claimed");
                 Ok(claimed(&key, token, previous))
             }
@@ -111,6 +123,38 @@ impl Claim {
                 route: CLAIM_ROUTE.to_owned(),
                 key,
                 after: DEFAULT_STORE_TIMEOUT,
+            }),
+        }
+    }
+}
+
+impl Claim {
+    /// With serialized routes, waits until the writes of `key` admitted before the claim have
+    /// ended (see the module docs).
+    async fn wait_for_earlier_writes(
+        &self,
+        table: &RouteTable,
+        key: &str,
+    ) -> Result<(), GatewayError> {
+        let Some(wait) = table
+            .routes()
+            .filter(|r| r.fence.ordering == Ordering::Serialize && r.fence.mode != FenceMode::Off)
+            .map(|r| r.fence.gate_timeout)
+            .max()
+        else {
+            return Ok(());
+        };
+        match self.gates.wait_for_turn(key, wait).await {
+            Ok(()) => Ok(()),
+            Err(SharedGateError::Timeout(after)) => Err(GatewayError::GateTimeout {
+                route: CLAIM_ROUTE.to_owned(),
+                key: key.to_owned(),
+                after,
+            }),
+            Err(SharedGateError::Store(source)) => Err(GatewayError::StoreFailed {
+                route: CLAIM_ROUTE.to_owned(),
+                key: key.to_owned(),
+                source,
             }),
         }
     }

@@ -72,14 +72,14 @@ impl Gateway {
             // After admission, before forwarding: one write per key in flight, in admission
             // order, re-checked against newer admissions when its turn comes (I4).
             .layer(GateLayer::new(
-                gates,
+                gates.clone(),
                 Arc::clone(&store),
                 Arc::clone(&metrics),
             ))
             // Last: forward what passed.
             .service(Proxy::new(Arc::clone(&metrics)));
         Gateway {
-            claim: Claim::new(store, routes),
+            claim: Claim::new(store, routes, gates),
             routed,
         }
     }

@@ -100,10 +100,15 @@ pub async fn check(
                 detail: format!("writing {}: {e}", record_path(state_dir).display()),
             })?;
             trust.note_adoption(&record.adoption_id);
+            store.expect_identity(&identity.id);
             tracing::info!(store = %identity.id, created = identity.created, "adopted the store");
         }
-        (Verdict::Trusted, true) => trust.note_adoption(adoption),
+        (Verdict::Trusted, true) => {
+            trust.note_adoption(adoption);
+            store.expect_identity(&identity.id);
+        }
         (Verdict::Trusted, false) if trust.adopted_since_distrust(adoption) => {
+            store.expect_identity(&identity.id);
             cache.clear();
             trust.note_adoption(adoption);
             trust.restore();

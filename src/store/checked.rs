@@ -39,7 +39,15 @@ impl CheckedStore {
         let started = Instant::now();
         let result = call.await;
         self.record(op, started.elapsed(), result.is_err());
-        result
+        result.inspect_err(|error| self.notice(error))
+    }
+
+    /// A backend that found, in the atomic step of a write, that the store is not the adopted
+    /// one: nothing is trusted from here on.
+    fn notice(&self, error: &StoreError) {
+        if let StoreError::Untrusted { reason } = error {
+            self.trust.distrust(reason.clone());
+        }
     }
 
     /// Counts one backend call in the store metrics: its duration and, if it failed, the failure.
@@ -138,7 +146,7 @@ impl FenceStore for CheckedStore {
     ) -> Result<Advance, StoreError> {
         let outcome = self.inner.settle_advance(made, replaced);
         self.record(made.op, made.took, outcome.is_err());
-        let outcome = outcome?;
+        let outcome = outcome.inspect_err(|error| self.notice(error))?;
         self.trust.check()?;
         self.settle(made.key, made.token, made.floor, outcome)?;
         Ok(outcome)
@@ -173,6 +181,10 @@ impl FenceStore for CheckedStore {
 
     fn identity(&self) -> StoreFuture<'_, StoreIdentity> {
         self.inner.identity()
+    }
+
+    fn expect_identity(&self, id: &str) {
+        self.inner.expect_identity(id);
     }
 
     fn close(&self) -> StoreFuture<'_, ()> {

@@ -8,6 +8,7 @@ mod combining;
 mod embedded;
 mod embedded_intent_batch;
 mod embedded_intents;
+mod expected;
 mod intent_rows;
 pub mod intents;
 mod mailbox;
@@ -17,21 +18,24 @@ mod postgres_batcher;
 mod postgres_intents;
 mod postgres_reads;
 mod postgres_thread_batchers;
+mod postgres_turns;
 mod redis;
 mod trust;
+mod turns;
 
 pub use cache::MarkCache;
 pub use checked::CheckedStore;
 pub use embedded::EmbeddedStore;
+pub use expected::{mismatch_reason, ExpectedIdentity};
 pub use intents::{
     decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
     StoredOutcome,
 };
-pub(crate) use postgres::decode_mark as decode_postgres_mark;
-pub(crate) use postgres::encode_mark as encode_postgres_mark;
 pub use postgres::{migrate as migrate_postgres, PostgresStore};
+pub use postgres_turns::PostgresTurns;
 pub use redis::RedisStore;
 pub use trust::StoreTrust;
+pub use turns::{Renewal, TakeTurn, TurnStore};
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -126,6 +130,9 @@ pub trait FenceStore: Send + Sync + 'static {
     /// store — created when absent. A store that lost its data (a wiped Redis, a dropped table, a
     /// new file) comes back with a new id, which is how a gateway notices it (DESIGN §4).
     fn identity(&self) -> StoreFuture<'_, StoreIdentity>;
+    /// Records the identity of the store this gateway adopted: from then on every advance
+    /// compares it in its own atomic step and fails with `Untrusted` on a store that lost it.
+    fn expect_identity(&self, _id: &str) {}
     /// Finishes pending work and releases the store; later calls fail with `StoreError::Closed`.
     fn close(&self) -> StoreFuture<'_, ()>;
     /// Short backend name for logs and metrics.
@@ -198,6 +205,30 @@ pub enum StoreError {
     Untrusted { reason: String },
 }
 
+impl StoreError {
+    /// The same error again, for each caller of a batch that failed as one.
+    pub fn shared(&self) -> StoreError {
+        match self {
+            StoreError::Backend { backend, source } => StoreError::Backend {
+                backend,
+                source: Arc::clone(source),
+            },
+            StoreError::Setup { backend, detail } => StoreError::Setup {
+                backend,
+                detail: detail.clone(),
+            },
+            StoreError::Closed => StoreError::Closed,
+            StoreError::Untrusted { reason } => StoreError::Untrusted {
+                reason: reason.clone(),
+            },
+            other => StoreError::Setup {
+                backend: "store",
+                detail: other.to_string(),
+            },
+        }
+    }
+}
+
 fn open_hint(source: &sqlx::Error) -> &'static str {
     if source.to_string().contains("locked") {
         " (is another fencegate process using this file? the embedded store is single-node)"
@@ -206,19 +237,22 @@ fn open_hint(source: &sqlx::Error) -> &'static str {
     }
 }
 
-/// One opened backend, seen through both of its traits.
+/// One opened backend, seen through both of its traits, and its key turns where it can keep
+/// them for several replicas (PostgreSQL, Redis).
 #[derive(Clone)]
 pub struct Backend {
     pub fences: Arc<dyn FenceStore>,
     pub intents: Arc<dyn IntentStore>,
+    pub turns: Option<Arc<dyn TurnStore>>,
 }
 
 impl Backend {
-    fn of<T: FenceStore + IntentStore>(store: T) -> Backend {
+    fn of<T: FenceStore + IntentStore>(store: T, turns: Option<Arc<dyn TurnStore>>) -> Backend {
         let store = Arc::new(store);
         Backend {
             fences: Arc::clone(&store) as Arc<dyn FenceStore>,
             intents: store,
+            turns,
         }
     }
 }
@@ -226,11 +260,20 @@ impl Backend {
 /// Opens the backend the configuration names.
 pub async fn open(config: &StoreConfig) -> Result<Backend, StoreError> {
     Ok(match config {
-        StoreConfig::Embedded(embedded) => {
-            Backend::of(EmbeddedStore::open(&embedded.path, embedded.max_batch).await?)
+        StoreConfig::Embedded(embedded) => Backend::of(
+            EmbeddedStore::open(&embedded.path, embedded.max_batch).await?,
+            None,
+        ),
+        StoreConfig::Postgres(postgres) => {
+            let store = PostgresStore::open(postgres).await?;
+            let turns = store.turns();
+            Backend::of(store, Some(Arc::new(turns)))
         }
-        StoreConfig::Postgres(postgres) => Backend::of(PostgresStore::open(postgres).await?),
-        StoreConfig::Redis(redis) => Backend::of(RedisStore::open(redis).await?),
+        StoreConfig::Redis(redis) => {
+            let store = RedisStore::open(redis).await?;
+            let turns = store.turns();
+            Backend::of(store, Some(Arc::new(turns)))
+        }
     })
 }
 

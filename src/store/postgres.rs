@@ -19,7 +19,10 @@ use tokio::sync::{mpsc, oneshot};
 use super::postgres_batcher;
 use super::postgres_reads::{read_marks, ReadRequest};
 use super::postgres_thread_batchers::ThreadBatchers;
-use super::{decide, new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
+use super::{
+    decide, mismatch_reason, new_store_id, Advance, ExpectedIdentity, FenceStore, PostgresTurns,
+    StoreError, StoreFuture, StoreIdentity,
+};
 use crate::config::{Compare, PostgresStoreConfig};
 
 pub(super) const BACKEND: &str = "postgres";
@@ -32,18 +35,33 @@ const SCHEMA_LOCK_KEY: i64 = 0x6665_6e63_6567_6174;
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// The batched compare-and-advance: one row per key, the previous mark returned by the same
-/// atomic update that raises it.
+/// atomic update that raises it. With `$3`, the adopted store's id, nothing is advanced unless
+/// the store's identity record holds it, and one row with `ok` false says so (a store wiped or
+/// replaced since it was adopted).
 const ADVANCE_SQL: &str = "
-INSERT INTO fence_marks AS m (key, mark, previous_mark)
-SELECT key, token, NULL FROM unnest($1::text[], $2::bigint[]) AS input(key, token)
-ON CONFLICT (key) DO UPDATE
-    SET previous_mark = m.mark, mark = GREATEST(m.mark, excluded.mark)
-RETURNING m.key, m.mark, m.previous_mark";
+WITH ident AS (
+    SELECT $3::text IS NULL OR EXISTS (
+        SELECT 1 FROM fencegate_meta WHERE name = 'store_id' AND value = $3::text) AS ok
+), advanced AS (
+    INSERT INTO fence_marks AS m (key, mark, previous_mark)
+    SELECT input.key, input.token, NULL
+    FROM unnest($1::text[], $2::bigint[]) AS input(key, token), ident
+    WHERE ident.ok
+    ON CONFLICT (key) DO UPDATE
+        SET previous_mark = m.mark, mark = GREATEST(m.mark, excluded.mark)
+    RETURNING m.key, m.previous_mark
+)
+SELECT advanced.key, advanced.previous_mark, true AS ok FROM advanced
+UNION ALL
+SELECT NULL, NULL, false FROM ident WHERE NOT ident.ok";
 
 pub struct PostgresStore {
     pub(super) pool: PgPool,
     advances: ThreadBatchers,
     reads: mpsc::Sender<ReadRequest>,
+    expected: Arc<ExpectedIdentity>,
+    /// For the key-turn sessions.
+    options: PgConnectOptions,
 }
 
 pub(super) struct AdvanceRequest {
@@ -60,7 +78,13 @@ impl PostgresStore {
         let pool = connect(config, options.clone()).await?;
         migrate_pool(&pool, &config.schema).await?;
         let in_flight = batches_in_flight(config);
-        let advances = ThreadBatchers::new(options, config.max_batch, in_flight);
+        let expected = Arc::new(ExpectedIdentity::default());
+        let advances = ThreadBatchers::new(
+            options.clone(),
+            config.max_batch,
+            in_flight,
+            Arc::clone(&expected),
+        );
         let reads = postgres_batcher::start(
             pool.clone(),
             config.max_batch,
@@ -71,7 +95,14 @@ impl PostgresStore {
             pool,
             advances,
             reads,
+            expected,
+            options,
         })
+    }
+
+    /// The key turns of this store (for the ordering gate), comparing the same adopted identity.
+    pub fn turns(&self) -> PostgresTurns {
+        PostgresTurns::new(self.options.clone(), Arc::clone(&self.expected))
     }
 }
 
@@ -213,6 +244,10 @@ impl FenceStore for PostgresStore {
         })
     }
 
+    fn expect_identity(&self, id: &str) {
+        self.expected.set(id);
+    }
+
     fn close(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             // Closing the pool makes the read batcher's pending and later batches fail with an
@@ -230,7 +265,11 @@ impl FenceStore for PostgresStore {
 
 /// Runs one batch of advances on `connection` and answers each of its requests; false when the
 /// statement failed.
-pub(super) async fn execute(connection: &mut PgConnection, batch: Vec<AdvanceRequest>) -> bool {
+pub(super) async fn execute(
+    connection: &mut PgConnection,
+    batch: Vec<AdvanceRequest>,
+    expected: Option<&str>,
+) -> bool {
     // One row per key, with the largest token; sorted so concurrent batches lock rows in one order.
     let mut largest: BTreeMap<&str, u64> = BTreeMap::new();
     for request in &batch {
@@ -239,15 +278,26 @@ pub(super) async fn execute(connection: &mut PgConnection, batch: Vec<AdvanceReq
     }
     let keys: Vec<&str> = largest.keys().copied().collect();
     let tokens: Vec<i64> = largest.values().map(|t| encode_mark(*t)).collect();
-    let rows: Result<Vec<(String, i64, Option<i64>)>, sqlx::Error> = sqlx::query_as(ADVANCE_SQL)
+    let rows: Result<Vec<AdvanceRow>, sqlx::Error> = sqlx::query_as(ADVANCE_SQL)
         .bind(&keys)
         .bind(&tokens)
+        .bind(expected)
         .fetch_all(connection)
         .await;
     let previous: BTreeMap<String, Option<u64>> = match rows {
+        Ok(rows) if rows.iter().any(|(_, _, ok)| !ok) => {
+            let reason = mismatch_reason(expected.unwrap_or_default(), None);
+            for request in batch {
+                let _ = request.reply.send(Err(StoreError::Untrusted {
+                    reason: reason.clone(),
+                }));
+            }
+            // The statement ran: the connection is fine.
+            return true;
+        }
         Ok(rows) => rows
             .into_iter()
-            .map(|(key, _, previous)| (key, previous.map(decode_mark)))
+            .filter_map(|(key, previous, _)| Some((key?, previous.map(decode_mark))))
             .collect(),
         Err(source) => {
             tracing::error!(error = %source, "postgres advance failed");
@@ -258,6 +308,10 @@ pub(super) async fn execute(connection: &mut PgConnection, batch: Vec<AdvanceReq
     answer_in_token_order(batch, &previous);
     true
 }
+
+/// One row of [`ADVANCE_SQL`]: the key and the mark it replaced, or (`ok` false, the others
+/// NULL) the store's refusal for not holding the adopted identity.
+type AdvanceRow = (Option<String>, Option<i64>, bool);
 
 /// Decides every request of a batch: per key, in ascending token order from the mark the
 /// statement replaced.

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, Semaphore};
 
 use super::per_thread::PerThread;
 use super::postgres::{execute, fail_batch, AdvanceRequest, CONNECT_TIMEOUT};
-use super::StoreError;
+use super::{ExpectedIdentity, StoreError};
 
 /// Requests that may queue for one thread's batcher before callers wait.
 const QUEUE: usize = 16 * 1024;
@@ -22,6 +22,7 @@ pub(super) struct ThreadBatchers {
     max_batch: usize,
     /// Batches one thread runs at once (`batches_in_flight`).
     in_flight: usize,
+    expected: Arc<ExpectedIdentity>,
 }
 
 impl ThreadBatchers {
@@ -29,12 +30,14 @@ impl ThreadBatchers {
         options: PgConnectOptions,
         max_batch: usize,
         in_flight: usize,
+        expected: Arc<ExpectedIdentity>,
     ) -> ThreadBatchers {
         ThreadBatchers {
             batchers: PerThread::new(),
             options,
             max_batch: max_batch.max(1),
             in_flight: in_flight.max(1),
+            expected,
         }
     }
 
@@ -47,6 +50,7 @@ impl ThreadBatchers {
                 self.options.clone(),
                 self.max_batch,
                 self.in_flight,
+                Arc::clone(&self.expected),
                 requests,
             ));
             batcher
@@ -66,6 +70,7 @@ async fn run(
     options: PgConnectOptions,
     max_batch: usize,
     in_flight: usize,
+    expected: Arc<ExpectedIdentity>,
     mut requests: mpsc::Receiver<AdvanceRequest>,
 ) {
     let idle: Arc<Mutex<Vec<PgConnection>>> = Arc::new(Mutex::new(Vec::new()));
@@ -81,6 +86,7 @@ async fn run(
         }
         let batch = std::mem::take(&mut batch);
         let (idle, options) = (Arc::clone(&idle), options.clone());
+        let expected = expected.get();
         // Spawned on this thread's runtime: the statement's I/O stays on this thread.
         tokio::spawn(async move {
             let reused = idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
@@ -104,7 +110,7 @@ async fn run(
                 },
             };
             // After a failed statement the connection's state is unknown: it is not reused.
-            if execute(&mut connection, batch).await {
+            if execute(&mut connection, batch, expected.as_deref()).await {
                 idle.lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .push(connection);

@@ -50,7 +50,7 @@ impl Backing {
         match self.store {
             Store::Embedded => super::gateway::embedded_store(self.dir.path()),
             Store::Postgres => format!(
-                "[store]\nbackend = \"postgres\"\nurl = \"postgres://postgres@{}/test\"\nschema = \"{}\"\nmax_connections = 4\ngate_connections = 8\n",
+                "[store]\nbackend = \"postgres\"\nurl = \"postgres://postgres@{}/test\"\nschema = \"{}\"\nmax_connections = 4\n",
                 through(&self.relay).unwrap_or_default(),
                 self.namespace
             ),

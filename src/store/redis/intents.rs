@@ -156,7 +156,11 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         let answers = self
-            .request(|reply| Command::Commands { commands, reply })
+            .request(|reply| Command::Commands {
+                commands,
+                reply,
+                repeatable: false,
+            })
             .await?;
         answers
             .into_iter()

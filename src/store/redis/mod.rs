@@ -6,6 +6,7 @@
 mod durability;
 mod intents;
 mod script;
+mod turns;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,13 +17,19 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::mailbox;
 use super::per_thread::PerThread;
-use super::{new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
+use super::{
+    mismatch_reason, new_store_id, Advance, ExpectedIdentity, FenceStore, StoreError, StoreFuture,
+    StoreIdentity,
+};
 use crate::config::{Compare, RedisStoreConfig, DEFAULT_STORE_TIMEOUT};
 use durability::{judge_durability, read_persistence, Durability};
 use intents::IntentScripts;
 use script::{
     compare_arg, is_noscript, read_advance, read_identity, read_mark, split_advances, unexpected,
+    AdvanceAnswers,
 };
+pub use turns::RedisTurns;
+use turns::TurnScripts;
 
 const BACKEND: &str = "redis";
 /// Requests that may queue for the writer before callers wait (their store timeout still runs).
@@ -45,12 +52,36 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// script call). The first writer uses the connection `open` checked; the others connect when
 /// their thread first asks.
 pub struct RedisStore {
-    writers: PerThread<mpsc::Sender<Command>>,
-    /// What a new writer is made from.
-    template: WriterTemplate,
+    writers: Arc<WriterPool>,
     prefix: String,
     /// For their hashes: the writer loads the scripts on the server.
     scripts: IntentScripts,
+    expected: Arc<ExpectedIdentity>,
+}
+
+/// The writer of each serving thread, shared by the store and its key turns.
+pub(super) struct WriterPool {
+    writers: PerThread<mpsc::Sender<Command>>,
+    /// What a new writer is made from.
+    template: WriterTemplate,
+}
+
+impl WriterPool {
+    async fn request<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
+    ) -> Result<T, StoreError> {
+        let writer = self.writers.queue(|| self.template.spawn(None))?;
+        mailbox::ask(&writer, make).await
+    }
+
+    /// Queues `commands` for the calling thread's next pipeline without waiting for them; their
+    /// answers are dropped. `false` if they could not be queued.
+    fn forget(&self, commands: Vec<Cmd>) -> bool {
+        self.writers
+            .queue(|| self.template.spawn(None))
+            .is_ok_and(|writer| writer.try_send(Command::Forget { commands }).is_ok())
+    }
 }
 
 enum Command {
@@ -72,6 +103,13 @@ enum Command {
     Commands {
         commands: Vec<Cmd>,
         reply: oneshot::Sender<Result<Vec<Value>, StoreError>>,
+        /// Whether sending them twice does what sending them once does (see
+        /// [`Command::safe_to_repeat`]).
+        repeatable: bool,
+    },
+    /// Commands for the next pipeline whose answers nobody waits for (a turn's release).
+    Forget {
+        commands: Vec<Cmd>,
     },
     Close {
         reply: oneshot::Sender<()>,
@@ -97,7 +135,9 @@ impl RedisStore {
         })?;
         let script = Script::new(&script::advance_script());
         let intent_scripts = IntentScripts::new();
-        load_scripts(&mut connection, &script, &intent_scripts)
+        let turn_scripts = TurnScripts::new();
+        let expected = Arc::new(ExpectedIdentity::default());
+        load_scripts(&mut connection, &script, &intent_scripts, &turn_scripts)
             .await
             .map_err(|e| setup(format!("{url}: cannot load the scripts: {e}")))?;
         let found = read_persistence(&mut connection)
@@ -115,18 +155,20 @@ impl RedisStore {
             client,
             script,
             intent_scripts,
+            turn_scripts,
             prefix: config.key_prefix.clone(),
             max_batch: config.max_batch.max(1),
             url,
+            expected: Arc::clone(&expected),
         };
         let writers = PerThread::new();
         // The opening thread's writer keeps the connection checked above.
         writers.queue(|| template.spawn(Some(connection)))?;
         Ok(RedisStore {
-            writers,
-            template,
+            writers: Arc::new(WriterPool { writers, template }),
             prefix: config.key_prefix.clone(),
             scripts: IntentScripts::new(),
+            expected,
         })
     }
 
@@ -134,8 +176,18 @@ impl RedisStore {
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
     ) -> Result<T, StoreError> {
-        let writer = self.writers.queue(|| self.template.spawn(None))?;
-        mailbox::ask(&writer, make).await
+        self.writers.request(make).await
+    }
+
+    /// The key turns of this store (for the ordering gate), on the same writers.
+    pub fn turns(&self) -> RedisTurns {
+        RedisTurns {
+            writers: Arc::clone(&self.writers),
+            prefix: self.prefix.clone(),
+            holder: new_store_id(),
+            expected: Arc::clone(&self.expected),
+            scripts: TurnScripts::new(),
+        }
     }
 }
 
@@ -144,9 +196,11 @@ struct WriterTemplate {
     client: redis::Client,
     script: Script,
     intent_scripts: IntentScripts,
+    turn_scripts: TurnScripts,
     prefix: String,
     max_batch: usize,
     url: String,
+    expected: Arc<ExpectedIdentity>,
 }
 
 impl WriterTemplate {
@@ -160,9 +214,11 @@ impl WriterTemplate {
             lost_connection: false,
             script: self.script.clone(),
             intent_scripts: self.intent_scripts.clone(),
+            turn_scripts: self.turn_scripts.clone(),
             prefix: self.prefix.clone(),
             max_batch: self.max_batch,
             url: self.url.clone(),
+            expected: Arc::clone(&self.expected),
         };
         tokio::spawn(writer.run(receiver));
         commands
@@ -189,9 +245,13 @@ impl FenceStore for RedisStore {
         Box::pin(self.request(|reply| Command::Identity { reply }))
     }
 
+    fn expect_identity(&self, id: &str) {
+        self.expected.set(id);
+    }
+
     fn close(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            for writer in self.writers.close() {
+            for writer in self.writers.writers.close() {
                 mailbox::close(&writer, |reply| Command::Close { reply }).await;
             }
             Ok(())
@@ -218,10 +278,13 @@ struct Writer {
     lost_connection: bool,
     script: Script,
     intent_scripts: IntentScripts,
+    turn_scripts: TurnScripts,
     prefix: String,
     max_batch: usize,
     /// The server's URL without its password, for logs.
     url: String,
+    /// Compared by every advance script call.
+    expected: Arc<ExpectedIdentity>,
 }
 
 impl Writer {
@@ -283,8 +346,26 @@ impl Writer {
         let (mut advances, mut others): (Vec<Command>, Vec<Command>) = pending
             .into_iter()
             .partition(|command| matches!(command, Command::Advance { .. }));
+        let mut retried = false;
         for first_attempt in [true, false] {
-            let replies = match self.round_trip(&advances, &others).await {
+            let reused = self.connection.is_some();
+            let mut answer = self.round_trip(&advances, &others).await;
+            if let (Err(source), true, true) = (&answer, first_attempt, reused) {
+                // The connection may have died while it sat idle (the server restarted, a
+                // network blip): the commands that are safe to repeat go again, once, on a new
+                // connection; the others are answered with the error.
+                tracing::warn!(url = %self.url, error = %source, "redis store round trip failed; repeating what is safe to repeat on a new connection");
+                let source = Arc::new(unexpected(source.to_string()));
+                let (safe, unsafe_to_repeat): (Vec<Command>, Vec<Command>) =
+                    others.into_iter().partition(Command::safe_to_repeat);
+                for command in unsafe_to_repeat {
+                    fail(command, || backend_error(&source));
+                }
+                others = safe;
+                retried = true;
+                answer = self.round_trip(&advances, &others).await;
+            }
+            let replies = match answer {
                 Ok(replies) => replies,
                 Err(source) => {
                     tracing::error!(url = %self.url, error = %source, "redis store round trip failed");
@@ -302,7 +383,7 @@ impl Writer {
                 if first_attempt && is_noscript(&answer) {
                     noscript_advances = advances;
                 } else {
-                    answer_advances(advances, answer);
+                    answer_advances(advances, answer, self.expected.get().as_deref(), retried);
                 }
             }
             let mut noscript = Vec::new();
@@ -317,12 +398,26 @@ impl Writer {
                         let get = replies.next().unwrap_or(Value::Nil);
                         let _ = reply.send(read_identity(set, get).map_err(wrap));
                     }
-                    Command::Commands { commands, reply } => {
+                    Command::Commands {
+                        commands,
+                        reply,
+                        repeatable,
+                    } => {
                         let answers: Vec<Value> = replies.by_ref().take(commands.len()).collect();
                         if first_attempt && !answers.is_empty() && answers.iter().all(is_noscript) {
-                            noscript.push(Command::Commands { commands, reply });
+                            noscript.push(Command::Commands {
+                                commands,
+                                reply,
+                                repeatable,
+                            });
                         } else {
                             let _ = reply.send(Ok(answers));
+                        }
+                    }
+                    Command::Forget { commands } => {
+                        let answers: Vec<Value> = replies.by_ref().take(commands.len()).collect();
+                        if first_attempt && !answers.is_empty() && answers.iter().all(is_noscript) {
+                            noscript.push(Command::Forget { commands });
                         }
                     }
                     // `run_batch` keeps advances apart and `process` keeps close requests out.
@@ -338,7 +433,14 @@ impl Writer {
             }
             tracing::warn!(url = %self.url, "the server lost fencegate's scripts; loading them again");
             if let Some(connection) = self.connection.as_mut() {
-                if let Err(e) = load_scripts(connection, &self.script, &self.intent_scripts).await {
+                if let Err(e) = load_scripts(
+                    connection,
+                    &self.script,
+                    &self.intent_scripts,
+                    &self.turn_scripts,
+                )
+                .await
+                {
                     tracing::error!(url = %self.url, error = %e, "loading the scripts failed");
                     self.connection = None;
                     self.lost_connection = true;
@@ -367,7 +469,13 @@ impl Writer {
                 } else {
                     tracing::debug!(url = %self.url, "redis store writer connected");
                 }
-                load_scripts(&mut fresh, &self.script, &self.intent_scripts).await?;
+                load_scripts(
+                    &mut fresh,
+                    &self.script,
+                    &self.intent_scripts,
+                    &self.turn_scripts,
+                )
+                .await?;
                 self.connection = Some(fresh.clone());
                 fresh
             }
@@ -377,6 +485,10 @@ impl Writer {
         let mut expected = 0;
         if !advances.is_empty() {
             let mut invocation = self.script.prepare_invoke();
+            let adopted = self.expected.get();
+            invocation
+                .key(store_id_key(&self.prefix))
+                .arg(adopted.as_deref().unwrap_or_default());
             for command in advances {
                 if let Command::Advance {
                     key,
@@ -406,7 +518,7 @@ impl Writer {
                     pipe.get(key);
                     expected += 2;
                 }
-                Command::Commands { commands, .. } => {
+                Command::Commands { commands, .. } | Command::Forget { commands } => {
                     for command in commands {
                         pipe.add_command(command.clone());
                     }
@@ -436,9 +548,19 @@ impl Writer {
 }
 
 /// Answers each of `advances` from its part of the advance script's `answer`.
-fn answer_advances(advances: Vec<Command>, answer: Value) {
+/// After a repeat (`retried`), a stale answer whose mark is the advance's own token may be the
+/// lost first attempt's doing: it is answered as a failure, never as stale.
+fn answer_advances(advances: Vec<Command>, answer: Value, expected: Option<&str>, retried: bool) {
     match split_advances(answer, advances.len()) {
-        Ok(answers) => {
+        Ok(AdvanceAnswers::Wiped { found }) => {
+            let reason = mismatch_reason(expected.unwrap_or_default(), found.as_deref());
+            for command in advances {
+                fail(command, || StoreError::Untrusted {
+                    reason: reason.clone(),
+                });
+            }
+        }
+        Ok(AdvanceAnswers::Each(answers)) => {
             for (command, answer) in advances.into_iter().zip(answers) {
                 if let Command::Advance {
                     token,
@@ -447,7 +569,16 @@ fn answer_advances(advances: Vec<Command>, answer: Value) {
                     ..
                 } = command
                 {
-                    let _ = reply.send(read_advance(answer, token, compare).map_err(wrap));
+                    let outcome = match read_advance(answer, token, compare) {
+                        Ok(Advance::Stale { current }) if retried && current == token => {
+                            Err(wrap(unexpected(
+                                "the answer to a repeated advance may be its own first attempt's"
+                                    .to_owned(),
+                            )))
+                        }
+                        other => other.map_err(wrap),
+                    };
+                    let _ = reply.send(outcome);
                 }
             }
         }
@@ -488,18 +619,22 @@ async fn load_scripts(
     connection: &mut MultiplexedConnection,
     advance: &Script,
     intents: &IntentScripts,
+    turns: &TurnScripts,
 ) -> Result<(), RedisError> {
-    for script in std::iter::once(advance).chain(intents.all()) {
+    for script in std::iter::once(advance)
+        .chain(intents.all())
+        .chain(turns.all())
+    {
         script.load_async(connection).await?;
     }
     Ok(())
 }
 
-fn mark_key(prefix: &str, key: &str) -> String {
+pub(super) fn mark_key(prefix: &str, key: &str) -> String {
     format!("{prefix}mark:{key}")
 }
 
-fn store_id_key(prefix: &str) -> String {
+pub(super) fn store_id_key(prefix: &str) -> String {
     format!("{prefix}store-id")
 }
 
@@ -521,7 +656,7 @@ fn redact_url(url: &str) -> String {
     format!("{}***{}", &url[..password.start], &url[password.end..])
 }
 
-fn wrap(source: RedisError) -> StoreError {
+pub(super) fn wrap(source: RedisError) -> StoreError {
     backend_error(&Arc::new(source))
 }
 
@@ -529,6 +664,24 @@ fn backend_error(source: &Arc<RedisError>) -> StoreError {
     StoreError::Backend {
         backend: BACKEND,
         source: Arc::clone(source) as Arc<dyn std::error::Error + Send + Sync>,
+    }
+}
+
+impl Command {
+    /// Whether sending the command twice does what sending it once does: reads, the identity's
+    /// `SET NX`, a turn's release (a compare-and-delete), advances (compare-and-set; a repeated
+    /// one's answer is checked, see `answer_advances`), and command groups marked so (turn takes
+    /// and renewals; the take script tells a repeat of its own take apart). Intent scripts, whose
+    /// answers depend on whether the first attempt ran, are not.
+    fn safe_to_repeat(&self) -> bool {
+        match self {
+            Command::Advance { .. }
+            | Command::Current { .. }
+            | Command::Identity { .. }
+            | Command::Forget { .. } => true,
+            Command::Commands { repeatable, .. } => *repeatable,
+            Command::Close { .. } => false,
+        }
     }
 }
 
@@ -547,6 +700,7 @@ fn fail(command: Command, error: impl Fn() -> StoreError) -> Option<oneshot::Sen
         Command::Commands { reply, .. } => {
             let _ = reply.send(Err(error()));
         }
+        Command::Forget { .. } => {}
         Command::Close { reply } => return Some(reply),
     }
     None

@@ -74,11 +74,19 @@ local function advance(mark_key, token_text, compare)
   end
   return {1, mark}
 end
--- KEYS[i]: the mark of the i-th advance; ARGV[2i-1]: its token (decimal u64), ARGV[2i]:
+-- KEYS[1]: the store's identity record; ARGV[1]: the adopted store's id ('' compares nothing).
+-- A store whose record is not that id answers {-2, the id found or false} and advances nothing.
+-- KEYS[i + 1]: the mark of the i-th advance; ARGV[2i]: its token (decimal u64), ARGV[2i + 1]:
 -- 'monotonic' or 'strict'. One answer per advance, in order.
+if ARGV[1] ~= '' then
+  local found = redis.call('GET', KEYS[1])
+  if found ~= ARGV[1] then
+    return {-2, found or false}
+  end
+end
 local answers = {}
-for i = 1, #KEYS do
-  answers[i] = advance(KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])
+for i = 1, #KEYS - 1 do
+  answers[i] = advance(KEYS[i + 1], ARGV[2 * i], ARGV[2 * i + 1])
 end
 return answers
 ";
@@ -102,11 +110,26 @@ pub(super) fn server_answer(reply: Value) -> Result<Value, RedisError> {
     }
 }
 
-/// Splits the script's answer into one answer per advance: `count` of them, or an error for the
-/// whole call (a server error, or an answer of another shape).
-pub(super) fn split_advances(reply: Value, count: usize) -> Result<Vec<Value>, RedisError> {
+/// What one call of the advance script answered.
+#[derive(Debug)]
+pub(super) enum AdvanceAnswers {
+    /// One answer per advance, in order.
+    Each(Vec<Value>),
+    /// The store's identity record is not the adopted one (`found`: the id it holds, if any).
+    Wiped { found: Option<String> },
+}
+
+/// Splits the script's answer into one answer per advance: `count` of them, the identity
+/// refusal, or an error for the whole call (a server error, or an answer of another shape).
+pub(super) fn split_advances(reply: Value, count: usize) -> Result<AdvanceAnswers, RedisError> {
     match server_answer(reply)? {
-        Value::Array(answers) if answers.len() == count => Ok(answers),
+        Value::Array(answers) if matches!(answers.first(), Some(Value::Int(-2))) => {
+            let found = answers.into_iter().nth(1).unwrap_or(Value::Nil);
+            Ok(AdvanceAnswers::Wiped {
+                found: redis::from_redis_value(found)?,
+            })
+        }
+        Value::Array(answers) if answers.len() == count => Ok(AdvanceAnswers::Each(answers)),
         other => Err(unexpected(format!(
             "the advance script answered {other:?} for {count} advances"
         ))),
@@ -215,12 +238,14 @@ mod tests {
     #[test]
     fn a_batch_answer_has_one_answer_per_advance() {
         let one = || Value::Array(vec![Value::Int(1), Value::Nil]);
-        assert_eq!(
-            split_advances(Value::Array(vec![one(), one()]), 2)
-                .map(|a| a.len())
-                .ok(),
-            Some(2)
-        );
+        assert!(matches!(
+            split_advances(Value::Array(vec![one(), one()]), 2),
+            Ok(AdvanceAnswers::Each(answers)) if answers.len() == 2
+        ));
+        assert!(matches!(
+            split_advances(Value::Array(vec![Value::Int(-2), Value::Nil]), 2),
+            Ok(AdvanceAnswers::Wiped { found: None })
+        ));
         assert!(split_advances(Value::Array(vec![one()]), 2).is_err());
         assert!(split_advances(Value::Nil, 1).is_err());
     }

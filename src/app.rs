@@ -16,7 +16,8 @@ use crate::reload::{Reloader, RouteSource};
 use crate::route::{CompiledRoute, RouteError, RouteTable};
 use crate::store::intents::NoIntentStore;
 use crate::store::{
-    self, adoption, CheckedStore, FenceStore, IntentStore, MarkCache, StoreError, StoreTrust,
+    self, adoption, CheckedStore, FenceStore, IntentStore, MarkCache, Replica, StoreError,
+    StoreTrust,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +28,12 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("admin: {0}")]
     Admin(String),
+    #[error("state directory {dir}: {source}")]
+    StateDir {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -50,6 +57,8 @@ pub struct App {
     metrics: Arc<Metrics>,
     /// Bound ahead of `serve` by `bind_admin` (tests learn the port that way).
     admin_listener: Option<TcpListener>,
+    /// This gateway's name as a holder of key turns, locked for as long as it runs.
+    replica: Option<Replica>,
 }
 
 impl App {
@@ -60,9 +69,15 @@ impl App {
         if let Some(admin) = &config.admin {
             admin_token(admin)?;
         }
-        let opened = store::open(&config.store).await?;
+        let replica =
+            Replica::claim(&config.server.state_dir).map_err(|source| StartError::StateDir {
+                dir: config.server.state_dir.clone(),
+                source,
+            })?;
+        let opened = store::open(&config.store, &replica.id).await?;
         let gates = Gates::new(opened.turns.clone(), config.store.turn_margin());
-        let app = App::assemble(config, routes, opened.fences, Some(opened.intents), gates);
+        let mut app = App::assemble(config, routes, opened.fences, Some(opened.intents), gates);
+        app.replica = Some(replica);
         adoption::check(
             app.backend.as_ref(),
             &app.config.server.state_dir,
@@ -120,6 +135,7 @@ impl App {
             intents,
             metrics,
             admin_listener: None,
+            replica: None,
         }
     }
 

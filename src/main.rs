@@ -157,7 +157,7 @@ fn fencegate_intents(command: IntentsCommand) -> ExitCode {
         }
     };
     one_shot(&path, |config| async move {
-        let backend = fencegate::store::open(&config.store)
+        let backend = fencegate::store::open(&config.store, &fencegate::store::Replica::fresh().id)
             .await
             .map_err(|e| e.to_string())?;
         let result =
@@ -195,7 +195,7 @@ impl From<IntentsCommand> for fencegate::idempotency::cli::Request {
 fn adopt(path: &Path) -> ExitCode {
     one_shot(path, |config| async move {
         let state_dir = config.server.state_dir.clone();
-        let store = fencegate::store::open(&config.store)
+        let store = fencegate::store::open(&config.store, &fencegate::store::Replica::fresh().id)
             .await
             .map_err(|e| e.to_string())?
             .fences;

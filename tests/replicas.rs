@@ -157,63 +157,91 @@ async fn three_replicas_on_one_redis_never_forward_a_stale_token() {
     support::redis::delete_keys(&prefix).await;
 }
 
-/// The cross-replica gate is held by a database transaction, so a replica killed in the middle of
-/// a forward does not keep its key closed: its connection closes and the lock goes with it.
+/// A replica killed in the middle of a forward leaves its key's turn leased in the store: another
+/// replica gets the key only once the lease has run out (the route's `timeout` + `store_timeout`
+/// + 1 s + `turn_margin`, by the store's clock), never before. The killed replica, restarted on its
+/// own state directory, takes its turns back at once: its predecessor is dead, and with it the
+/// connection of its forward.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_replica_killed_mid_forward_does_not_keep_its_key_closed() {
+async fn a_replica_killed_mid_forward_keeps_its_key_closed_until_the_turn_lapses() {
     let schema = unique_schema();
     let store = format!(
-        "[store]\nbackend = \"postgres\"\nurl = \"{TEST_POSTGRES_URL}\"\nschema = \"{schema}\"\n"
+        "[store]\nbackend = \"postgres\"\nurl = \"{TEST_POSTGRES_URL}\"\nschema = \"{schema}\"\nturn_margin = \"1s\"\n"
     );
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    // Hold: timeout 2 s + store_timeout 1 s + 1 s teardown = 4 s; leased for 5 s.
+    let lease = Duration::from_secs(5);
+    // fenced_route sets `timeout = "2s"`.
     let route = fenced_route("acct", &upstream.url(), "enforce", "monotonic").replace(
         "compare = \"monotonic\"",
-        "compare = \"monotonic\"\ngate_timeout = \"5s\"",
+        "compare = \"monotonic\"\ngate_timeout = \"20s\"\nstore_timeout = \"1s\"",
     );
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let doomed = GatewayProcess::start_with_store(dirs[0].path(), &store, &route);
     let survivor = GatewayProcess::start_with_store(dirs[1].path(), &store, &route);
-    let slow_url = doomed.url("/acct/1");
-    let slow = tokio::spawn(async move {
+
+    // Key 1: the survivor waits for the lease.
+    let slow = slow_write(doomed.url("/acct/1"));
+    let taken = Instant::now();
+    wait_until_in_flight(&upstream, 1).await;
+    doomed.kill_9();
+    let next = send("PUT", &survivor.url("/acct/1"), &[("x-fence", "2")], "").await;
+    let waited = taken.elapsed();
+    assert_eq!(next.status, 200, "{:?}", next.body);
+    assert!(
+        waited >= lease - Duration::from_millis(200),
+        "the survivor wrote after {waited:?}, before the killed replica's lease of {lease:?} ran out"
+    );
+    assert!(
+        waited < lease + Duration::from_secs(3),
+        "the key stayed closed for {waited:?}"
+    );
+    let _ = slow.await;
+
+    // Key 2: the restarted replica takes its own turn back at once.
+    let doomed = GatewayProcess::start_with_store(dirs[0].path(), &store, &route);
+    let held = upstream.in_flight();
+    let slow = slow_write(doomed.url("/acct/2"));
+    wait_until_in_flight(&upstream, held + 1).await;
+    doomed.kill_9();
+    let restarted = GatewayProcess::start_with_store(dirs[0].path(), &store, &route);
+    let started = Instant::now();
+    let next = send("PUT", &restarted.url("/acct/2"), &[("x-fence", "2")], "").await;
+    assert_eq!(next.status, 200, "{:?}", next.body);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the restarted replica waited {:?} for its own turn",
+        started.elapsed()
+    );
+    let _ = slow.await;
+    drop(survivor);
+    drop(restarted);
+    drop_schema(&schema).await;
+}
+
+/// A write the upstream holds for 10 s, sent in the background.
+fn slow_write(url: String) -> tokio::task::JoinHandle<bool> {
+    tokio::spawn(async move {
         let client =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                 .build_http::<http_body_util::Full<bytes::Bytes>>();
-        let request = http::Request::put(slow_url)
+        let request = http::Request::put(url)
             .header("x-fence", "1")
             .header(support::DELAY_HEADER, "10000")
             .body(http_body_util::Full::new(bytes::Bytes::new()))
             .unwrap();
         client.request(request).await.is_ok()
-    });
-    // Wait until the slow write holds the gate (it has reached the upstream).
+    })
+}
+
+/// Waits until `count` writes are at the upstream (the newest holds its key's turn).
+async fn wait_until_in_flight(upstream: &RecordingUpstream, count: usize) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while upstream.in_flight() == 0 {
+    while upstream.in_flight() < count {
         assert!(
             Instant::now() < deadline,
             "the slow write never reached the upstream"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // While the doomed replica forwards, the key is closed on the other replica too.
-    let blocked = tokio::time::timeout(
-        Duration::from_millis(500),
-        send("PUT", &survivor.url("/acct/1"), &[("x-fence", "1")], ""),
-    )
-    .await;
-    assert!(
-        blocked.is_err(),
-        "the survivor forwarded while the doomed replica held the key"
-    );
-    doomed.kill_9();
-    let started = Instant::now();
-    let next = send("PUT", &survivor.url("/acct/1"), &[("x-fence", "1")], "").await;
-    assert_eq!(next.status, 200, "{:?}", next.body);
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "the key stayed closed for {:?}",
-        started.elapsed()
-    );
-    let _ = slow.await;
-    drop(survivor);
-    drop_schema(&schema).await;
 }

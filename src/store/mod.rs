@@ -20,6 +20,7 @@ mod postgres_reads;
 mod postgres_thread_batchers;
 mod postgres_turns;
 mod redis;
+mod replica;
 mod trust;
 mod turns;
 
@@ -34,6 +35,7 @@ pub use intents::{
 pub use postgres::{migrate as migrate_postgres, PostgresStore};
 pub use postgres_turns::PostgresTurns;
 pub use redis::RedisStore;
+pub use replica::Replica;
 pub use trust::StoreTrust;
 pub use turns::{Renewal, TakeTurn, TurnStore};
 
@@ -257,8 +259,9 @@ impl Backend {
     }
 }
 
-/// Opens the backend the configuration names.
-pub async fn open(config: &StoreConfig) -> Result<Backend, StoreError> {
+/// Opens the backend the configuration names; its key turns, if it keeps them, are taken under
+/// the name `holder` (see [`Replica`]).
+pub async fn open(config: &StoreConfig, holder: &str) -> Result<Backend, StoreError> {
     Ok(match config {
         StoreConfig::Embedded(embedded) => Backend::of(
             EmbeddedStore::open(&embedded.path, embedded.max_batch).await?,
@@ -266,12 +269,12 @@ pub async fn open(config: &StoreConfig) -> Result<Backend, StoreError> {
         ),
         StoreConfig::Postgres(postgres) => {
             let store = PostgresStore::open(postgres).await?;
-            let turns = store.turns();
+            let turns = store.turns(holder);
             Backend::of(store, Some(Arc::new(turns)))
         }
         StoreConfig::Redis(redis) => {
             let store = RedisStore::open(redis).await?;
-            let turns = store.turns();
+            let turns = store.turns(holder);
             Backend::of(store, Some(Arc::new(turns)))
         }
     })

@@ -100,9 +100,10 @@ impl PostgresStore {
         })
     }
 
-    /// The key turns of this store (for the ordering gate), comparing the same adopted identity.
-    pub fn turns(&self) -> PostgresTurns {
-        PostgresTurns::new(self.options.clone(), Arc::clone(&self.expected))
+    /// The key turns of this store (for the ordering gate), taken under the name `holder` and
+    /// comparing the same adopted identity.
+    pub fn turns(&self, holder: &str) -> PostgresTurns {
+        PostgresTurns::new(self.options.clone(), holder, Arc::clone(&self.expected))
     }
 }
 

@@ -62,13 +62,17 @@ enum Command {
 
 impl PostgresTurns {
     /// `options` reach fencegate's schema; `holder` names this replica in the turns it takes.
-    pub fn new(options: PgConnectOptions, expected: Arc<ExpectedIdentity>) -> PostgresTurns {
+    pub fn new(
+        options: PgConnectOptions,
+        holder: &str,
+        expected: Arc<ExpectedIdentity>,
+    ) -> PostgresTurns {
         // The function reads marks committed after its statement began (READ COMMITTED; the
         // space is escaped for the startup packet's option string, which sqlx passes as is).
         let options = options.options([("default_transaction_isolation", "read\\ committed")]);
         PostgresTurns {
             options,
-            holder: super::new_store_id().into(),
+            holder: holder.into(),
             expected,
             tasks: PerThread::new(),
         }

@@ -179,12 +179,13 @@ impl RedisStore {
         self.writers.request(make).await
     }
 
-    /// The key turns of this store (for the ordering gate), on the same writers.
-    pub fn turns(&self) -> RedisTurns {
+    /// The key turns of this store (for the ordering gate), taken under the name `holder`, on
+    /// the same writers.
+    pub fn turns(&self, holder: &str) -> RedisTurns {
         RedisTurns {
             writers: Arc::clone(&self.writers),
             prefix: self.prefix.clone(),
-            holder: new_store_id(),
+            holder: holder.to_owned(),
             expected: Arc::clone(&self.expected),
             scripts: TurnScripts::new(),
         }

@@ -72,7 +72,7 @@ impl Namespace {
                 let store = PostgresStore::open(&config).await.unwrap_or_else(|e| {
                     panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}")
                 });
-                let turns = Arc::new(store.turns());
+                let turns = Arc::new(store.turns(&fencegate::store::Replica::fresh().id));
                 (Arc::new(store), turns)
             }
             Backend::Redis => {
@@ -87,7 +87,7 @@ impl Namespace {
                 let store = RedisStore::open(&config)
                     .await
                     .unwrap_or_else(|e| panic!("Redis at {REDIS_ADDR} is required: {e}"));
-                let turns = Arc::new(store.turns());
+                let turns = Arc::new(store.turns(&fencegate::store::Replica::fresh().id));
                 (Arc::new(store), turns)
             }
         };

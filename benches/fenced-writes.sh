@@ -10,6 +10,7 @@
 #                                         # ORDERING = serialize | none (benches/ordering.sh uses these),
 #                                         # baseline (passthrough through the build BASELINE_BIN names,
 #                                         # for an A/B of two builds in one run)
+#   FENCEGATE_BIN=path benches/fenced-writes.sh  # measure that build instead of target/release
 #
 # PostgreSQL (127.0.0.1:5432, database test, schema fencegate_bench, recreated) and Redis
 # (127.0.0.1:6379, keys under fencegate-bench:*, deleted afterwards) must be running; the script
@@ -106,7 +107,11 @@ store_table() {
   esac
 }
 
-cargo build --release --locked --quiet --bin fencegate
+# FENCEGATE_BIN: another build to measure (e.g. an older commit's, for a before/after).
+if [ -z "${FENCEGATE_BIN:-}" ]; then
+  cargo build --release --locked --quiet --bin fencegate
+  FENCEGATE_BIN=target/release/fencegate
+fi
 declare -A port gateway_pid
 next_port=$GATEWAY_PORT
 for backend in $BACKENDS; do
@@ -144,7 +149,7 @@ upstream = "http://127.0.0.1:$UPSTREAM_PORT"
 [routes.fence]
 mode = "off"
 TOML
-  RUST_LOG=error target/release/fencegate serve --config "$work/$backend.toml" &
+  RUST_LOG=error "$FENCEGATE_BIN" serve --config "$work/$backend.toml" &
   gateway_pids+=($!)
   gateway_pid[$backend]=$!
   for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/${port[$backend]}") 2>/dev/null && break; sleep 0.1; done

@@ -3,6 +3,7 @@
 # BENCHMARKS.md (replaced, not appended) with the date, the machine and the command.
 #
 #   benches/run.sh                  # ROUNDS (default 3) rounds of SECS (default 5) s per path
+#   FENCEGATE_BIN=path OUT=file benches/run.sh   # another build (e.g. an older commit's), written to file
 #
 # Each table below is one benches/fenced-writes.sh run: the paths of a table alternate within
 # each round (A B A B) and every figure is the median of the rounds. Needs PostgreSQL and Redis
@@ -15,7 +16,11 @@ export ROUNDS=${ROUNDS:-3} SECS=${SECS:-5}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-cargo build --release --locked --quiet --bin fencegate
+if [ -z "${FENCEGATE_BIN:-}" ]; then
+  cargo build --release --locked --quiet --bin fencegate
+  export FENCEGATE_BIN=$PWD/target/release/fencegate
+fi
+export FENCEGATE_BIN
 
 # table NAME CONNS BACKENDS PATHS: one side-by-side run, its markdown kept in $work/NAME.md and its
 # medians in $work/NAME.txt ("path req/s p50 p99 non2xx cpu_us").
@@ -29,8 +34,8 @@ table() {
 table proxy 128 embedded "direct nginx passthrough"
 table stores 64 "embedded postgres redis" \
   "passthrough fenced-embedded fenced-postgres spread-none-postgres fenced-redis pgbench-upsert stale-embedded idem-embedded"
-table ordering 64 "embedded postgres" \
-  "spread-serialize-embedded spread-none-embedded spread-serialize-postgres spread-none-postgres"
+table ordering 64 "embedded postgres redis" \
+  "spread-serialize-embedded spread-none-embedded spread-serialize-postgres spread-none-postgres spread-serialize-redis spread-none-redis"
 table latency 1 embedded "passthrough fenced-embedded"
 
 # One fsync on this disk (the embedded store's durability cost at c=1): 500 O_DSYNC 4 KiB writes
@@ -61,6 +66,7 @@ idem=$(field stores idem-embedded 2)
 r_idem=$(ratio "$idem" 10500)
 r_order_e=$(ratio "$(field ordering spread-serialize-embedded 2)" "$(field ordering spread-none-embedded 2)")
 r_order_p=$(ratio "$(field ordering spread-serialize-postgres 2)" "$(field ordering spread-none-postgres 2)")
+r_order_r=$(ratio "$(field ordering spread-serialize-redis 2)" "$(field ordering spread-none-redis 2)")
 cpu_fg=$(field proxy passthrough 6)
 cpu_nginx=$(field proxy nginx 6)
 lat_pass=$(field latency passthrough 3)
@@ -75,7 +81,7 @@ mib_million=$(awk -v b="$bytes_per_key" 'BEGIN {printf "%.0f", b * 1000000 / 104
   echo "# Benchmarks"
   echo
   echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)),"
-  echo "$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) RAM, by \`benches/run.sh\` (ROUNDS=$ROUNDS, SECS=$SECS), commit $(git rev-parse --short HEAD)."
+  echo "$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) RAM, by \`benches/run.sh\` (ROUNDS=$ROUNDS, SECS=$SECS), commit $(git rev-parse --short HEAD), binary \`$FENCEGATE_BIN\`."
   echo "Load: wrk -t1 on loopback; upstream: nginx \`return 200\` (keep-alive); every figure is the median of"
   echo "$ROUNDS rounds in which the paths of one table alternate. The machine is a shared VM: compare the"
   echo "ratios (measured side by side), not the absolute figures, with other runs."
@@ -95,6 +101,7 @@ mib_million=$(awk -v b="$bytes_per_key" 'BEGIN {printf "%.0f", b * 1000000 / 104
   echo "| idempotent writes, unique keys, embedded ≥ 3× 10.5k req/s | $idem req/s = ${r_idem}× | $(verdict "$r_idem" 3) |"
   echo "| serialize / none on 10,000 keys, embedded ≥ 0.9 | ${r_order_e} | $(verdict "$r_order_e" 0.9) |"
   echo "| serialize / none on 10,000 keys, PostgreSQL ≥ 0.9 | ${r_order_p} | $(verdict "$r_order_p" 0.9) |"
+  echo "| serialize / none on 10,000 keys, Redis (turns leased in Redis) | ${r_order_r} | - |"
   echo "| CPU per passthrough request below nginx's | $cpu_fg µs vs $cpu_nginx µs | $(verdict "$cpu_fg" "$cpu_nginx" le) |"
   echo "| c=1 fenced write (embedded) ≤ one fsync + 100 µs over passthrough | +$lat_extra µs (p50), budget $lat_budget µs (fsync $(printf '%.0f' "$fsync_us") µs) | $(verdict "$lat_extra" "$lat_budget" le) |"
   echo "| memory per cached key ≤ 200 bytes; 1M keys < 256 MiB | $bytes_per_key bytes per key, ≈ $mib_million MiB per million | $(verdict "$bytes_per_key" 200 le) |"
@@ -122,6 +129,6 @@ mib_million=$(awk -v b="$bytes_per_key" 'BEGIN {printf "%.0f", b * 1000000 / 104
   echo "\`cargo bench --bench cache_memory\`: $memory"
   echo
   cat benches/profile-notes.md
-} >BENCHMARKS.md
-echo "BENCHMARKS.md written" >&2
+} >"${OUT:-BENCHMARKS.md}"
+echo "${OUT:-BENCHMARKS.md} written" >&2
 sed -n '/## Targets/,/## Proxy/p' BENCHMARKS.md

@@ -1,4 +1,5 @@
-//! The I4 history checker: three gateway replicas on one PostgreSQL, 16 clients that take leases
+//! The I4 history checker: three gateway replicas on one PostgreSQL (and, in the Redis test, on one
+//! Redis prefix, the turns leased there), 16 clients that take leases
 //! from a real lease table (the lease counter is the fencing token), sometimes pause past their
 //! lease like a stalled process, then write — several writes at once — through random replicas.
 //! From the recording upstream (which adds random delays) the test asserts: per key the tokens
@@ -43,8 +44,16 @@ fn soak_factor() -> u64 {
         .max(1)
 }
 
-async fn run(ordering: &str, upstream_delay: Duration) -> Run {
+/// Where the replicas keep their marks and turns.
+#[derive(Clone, Copy)]
+enum Store {
+    Postgres,
+    Redis,
+}
+
+async fn run(ordering: &str, upstream_delay: Duration, backend: Store) -> Run {
     let schema = unique_schema();
+    let prefix = support::redis::unique_prefix();
     let pool = PgPoolOptions::new()
         .max_connections(8)
         .connect(TEST_POSTGRES_URL)
@@ -52,7 +61,13 @@ async fn run(ordering: &str, upstream_delay: Duration) -> Run {
         .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"));
     leases::create_table(&pool, &schema).await;
     let upstream = RecordingUpstream::start(Behavior::RandomDelay(upstream_delay)).await;
-    let store = format!("[store]\nbackend = \"postgres\"\nurl = \"{TEST_POSTGRES_URL}\"\nschema = \"{schema}\"\nmax_connections = 4\n");
+    let store = match backend {
+        Store::Postgres => format!("[store]\nbackend = \"postgres\"\nurl = \"{TEST_POSTGRES_URL}\"\nschema = \"{schema}\"\nmax_connections = 4\n"),
+        Store::Redis => format!(
+            "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\n",
+            support::redis::redis_url()
+        ),
+    };
     let route = fenced_route("acct", &upstream.url(), "enforce", "monotonic").replace(
         "compare = \"monotonic\"",
         &format!("compare = \"monotonic\"\nordering = \"{ordering}\""),
@@ -158,6 +173,7 @@ async fn run(ordering: &str, upstream_delay: Duration) -> Run {
         })
         .collect();
     drop_schema(&schema).await;
+    support::redis::delete_keys(&prefix).await;
     Run {
         clients: records,
         spans,
@@ -177,8 +193,17 @@ fn upstream_records(spans: &[UpstreamSpan]) -> Vec<UpstreamRecord> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn serialized_writes_through_three_replicas_keep_the_history_ordered() {
+    serialized_history(Store::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serialized_writes_through_three_replicas_on_redis_keep_the_history_ordered() {
+    serialized_history(Store::Redis).await;
+}
+
+async fn serialized_history(backend: Store) {
     let started = Instant::now();
-    let run = run("serialize", Duration::from_millis(5)).await;
+    let run = run("serialize", Duration::from_millis(5), backend).await;
     let refused = run.clients.iter().filter(|c| c.status == 409).count();
     let accepted = run.clients.iter().filter(|c| c.status == 200).count();
     println!(
@@ -200,7 +225,7 @@ async fn serialized_writes_through_three_replicas_keep_the_history_ordered() {
 /// request, a holder's concurrent writes overlap at the upstream and the history check says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_serialization_the_history_checker_finds_violations() {
-    let run = run("none", Duration::from_millis(20)).await;
+    let run = run("none", Duration::from_millis(20), Store::Postgres).await;
     let violation =
         check_serialized(&run.spans).expect_err("ordering = none must show overlaps or reordering");
     println!("ordering = none: {violation}");

@@ -264,20 +264,36 @@ impl FenceStore for PostgresStore {
     }
 }
 
-/// Runs one batch of advances on `connection` and answers each of its requests; false when the
-/// statement failed.
+/// What became of a batch [`execute`] ran.
+pub(super) enum Executed {
+    /// Every request was answered; the connection is fine.
+    Answered,
+    /// The statement failed before any answer (nothing was answered): the batch is handed back,
+    /// and the connection is in an unknown state.
+    Failed {
+        batch: Vec<AdvanceRequest>,
+        source: sqlx::Error,
+    },
+}
+
+/// Runs one batch of advances on `connection` and answers each of its requests. `repeated`: the
+/// batch already failed once on another connection, whose statement may have run: a key whose
+/// mark is now exactly the largest token asked for it may owe that to the lost attempt, so its
+/// requests are answered with an error (outcome unknown), never as stale or as a fresh advance —
+/// except that largest token under `monotonic`, which passes against its own mark either way.
 pub(super) async fn execute(
     connection: &mut PgConnection,
     batch: Vec<AdvanceRequest>,
     expected: Option<&str>,
-) -> bool {
+    repeated: bool,
+) -> Executed {
     // One row per key, with the largest token; sorted so concurrent batches lock rows in one order.
-    let mut largest: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut largest: BTreeMap<String, u64> = BTreeMap::new();
     for request in &batch {
-        let entry = largest.entry(request.key.as_str()).or_insert(request.token);
+        let entry = largest.entry(request.key.clone()).or_insert(request.token);
         *entry = (*entry).max(request.token);
     }
-    let keys: Vec<&str> = largest.keys().copied().collect();
+    let keys: Vec<&str> = largest.keys().map(String::as_str).collect();
     let tokens: Vec<i64> = largest.values().map(|t| encode_mark(*t)).collect();
     let rows: Result<Vec<AdvanceRow>, sqlx::Error> = sqlx::query_as(ADVANCE_SQL)
         .bind(&keys)
@@ -293,21 +309,39 @@ pub(super) async fn execute(
                     reason: reason.clone(),
                 }));
             }
-            // The statement ran: the connection is fine.
-            return true;
+            return Executed::Answered;
         }
         Ok(rows) => rows
             .into_iter()
             .filter_map(|(key, previous, _)| Some((key?, previous.map(decode_mark))))
             .collect(),
-        Err(source) => {
-            tracing::error!(error = %source, "postgres advance failed");
-            fail_batch(batch.into_iter().map(|r| r.reply), source);
-            return false;
+        Err(source) => return Executed::Failed { batch, source },
+    };
+    let batch = if repeated {
+        let (unknown, known): (Vec<AdvanceRequest>, Vec<AdvanceRequest>) =
+            batch.into_iter().partition(|request| {
+                let largest = largest.get(&request.key).copied();
+                let at_own_token = previous.get(&request.key).copied().flatten() == largest;
+                // The largest monotonic token passes against its own mark either way.
+                let passes_anyway =
+                    Some(request.token) == largest && request.compare == Compare::Monotonic;
+                at_own_token && !passes_anyway
+            });
+        for request in unknown {
+            let _ = request.reply.send(Err(StoreError::Setup {
+                backend: BACKEND,
+                detail: format!(
+                    "the answer to an advance of key {} was lost and its repeat found the key at its own token: whether the token was new is unknown",
+                    request.key
+                ),
+            }));
         }
+        known
+    } else {
+        batch
     };
     answer_in_token_order(batch, &previous);
-    true
+    Executed::Answered
 }
 
 /// One row of [`ADVANCE_SQL`]: the key and the mark it replaced, or (`ok` false, the others

@@ -10,7 +10,7 @@ use sqlx::{ConnectOptions as _, Connection as _};
 use tokio::sync::{mpsc, Semaphore};
 
 use super::per_thread::PerThread;
-use super::postgres::{execute, fail_batch, AdvanceRequest, CONNECT_TIMEOUT};
+use super::postgres::{execute, fail_batch, AdvanceRequest, Executed, CONNECT_TIMEOUT};
 use super::{ExpectedIdentity, StoreError};
 
 /// Requests that may queue for one thread's batcher before callers wait.
@@ -64,6 +64,63 @@ impl ThreadBatchers {
     }
 }
 
+/// Runs one batch on an idle connection of the thread's (or a new one). A statement that failed
+/// on a connection that sat idle — the store may have dropped it meanwhile — is sent once more on
+/// a new connection (see [`execute`] for how its answers are then read); a failed connection is
+/// never reused.
+async fn run_batch(
+    options: &PgConnectOptions,
+    idle: &Mutex<Vec<PgConnection>>,
+    batch: Vec<AdvanceRequest>,
+    expected: Option<&str>,
+) {
+    let reused = idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+    let (mut connection, repeatable) = match reused {
+        Some(connection) => (connection, true),
+        None => match connect(options).await {
+            Ok(fresh) => (fresh, false),
+            Err(source) => return fail_batch(batch.into_iter().map(|r| r.reply), source),
+        },
+    };
+    let mut executed = execute(&mut connection, batch, expected, false).await;
+    if let (Executed::Failed { .. }, true) = (&executed, repeatable) {
+        let Executed::Failed { batch, source } = executed else {
+            return;
+        };
+        tracing::warn!(error = %source, "postgres advance failed on an idle connection; repeating it on a new one");
+        connection = match connect(options).await {
+            Ok(fresh) => fresh,
+            Err(source) => return fail_batch(batch.into_iter().map(|r| r.reply), source),
+        };
+        executed = execute(&mut connection, batch, expected, true).await;
+    }
+    match executed {
+        Executed::Answered => idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(connection),
+        Executed::Failed { batch, source } => {
+            tracing::error!(error = %source, "postgres advance failed");
+            fail_batch(batch.into_iter().map(|r| r.reply), source);
+        }
+    }
+}
+
+/// A new connection of the thread's own, within the connect timeout.
+async fn connect(options: &PgConnectOptions) -> Result<PgConnection, sqlx::Error> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, options.connect()).await {
+        Ok(Ok(fresh)) => Ok(fresh),
+        Ok(Err(source)) => {
+            tracing::error!(error = %source, "postgres advance connection failed");
+            Err(source)
+        }
+        Err(_) => {
+            tracing::error!("postgres advance connection timed out");
+            Err(sqlx::Error::PoolTimedOut)
+        }
+    }
+}
+
 /// One thread's batcher: runs up to `in_flight` batches at once, each on a connection of the
 /// thread's own (opened when none is idle, dropped after a failed statement).
 async fn run(
@@ -89,32 +146,7 @@ async fn run(
         let expected = expected.get();
         // Spawned on this thread's runtime: the statement's I/O stays on this thread.
         tokio::spawn(async move {
-            let reused = idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
-            let mut connection = match reused {
-                Some(connection) => connection,
-                None => match tokio::time::timeout(CONNECT_TIMEOUT, options.connect()).await {
-                    Ok(Ok(fresh)) => fresh,
-                    Ok(Err(source)) => {
-                        tracing::error!(error = %source, "postgres advance connection failed");
-                        fail_batch(batch.into_iter().map(|r| r.reply), source);
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::error!("postgres advance connection timed out");
-                        fail_batch(
-                            batch.into_iter().map(|r| r.reply),
-                            sqlx::Error::PoolTimedOut,
-                        );
-                        return;
-                    }
-                },
-            };
-            // After a failed statement the connection's state is unknown: it is not reused.
-            if execute(&mut connection, batch, expected.as_deref()).await {
-                idle.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(connection);
-            }
+            run_batch(&options, &idle, batch, expected.as_deref()).await;
             drop(turn);
         });
     }

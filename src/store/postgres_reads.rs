@@ -20,11 +20,12 @@ pub(super) async fn read_marks(pool: PgPool, batch: Vec<ReadRequest>) {
     let mut keys: Vec<&str> = batch.iter().map(|r| r.key.as_str()).collect();
     keys.sort_unstable();
     keys.dedup();
-    let rows: Result<Vec<(String, i64)>, sqlx::Error> =
-        sqlx::query_as("SELECT key, mark FROM fence_marks WHERE key = ANY($1)")
-            .bind(&keys)
-            .fetch_all(&pool)
-            .await;
+    let rows: Result<Vec<(String, i64)>, sqlx::Error> = sqlx::query_as(
+        "SELECT key, mark FROM fence_marks WHERE key = ANY($1) AND mark IS NOT NULL",
+    )
+    .bind(&keys)
+    .fetch_all(&pool)
+    .await;
     match rows {
         Ok(rows) => {
             let marks: HashMap<String, u64> = rows

@@ -1,11 +1,12 @@
-//! Key turns on PostgreSQL: rows of `gate_turns` (migration 0005), taken, released and renewed by
-//! one holder task per serving thread, each on a connection of its own. Takes and releases queued
-//! while a statement runs go together in the next one (`fencegate_turn_batch`), which may also
-//! compare-and-advance each key's mark under the turn it takes, so an uncontended serialized write
-//! costs a share of one statement. A failed statement frees nothing: the turns it held stay leased.
+//! Key turns on PostgreSQL: columns of each key's `fence_marks` row (migration 0005), taken,
+//! released and renewed by one holder task per serving thread, each on a connection of its own.
+//! Takes and releases queued while a statement runs go together in the next one, which may also
+//! compare-and-advance each key's mark under the turn it takes (in the same row update), so an
+//! uncontended serialized write costs a share of one statement. A failed statement frees nothing:
+//! the turns it held stay leased.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::ConnectOptions as _;
@@ -14,13 +15,61 @@ use tokio::sync::{mpsc, oneshot};
 use super::per_thread::{PerThread, TaskQueue};
 use super::postgres::{decode_mark, encode_mark};
 use super::turns::{Renewal, TakeTurn, TurnStore};
-use super::{ExpectedIdentity, StoreError, StoreFuture};
+use super::{mismatch_reason, ExpectedIdentity, StoreError, StoreFuture};
 
 const BACKEND: &str = "postgres";
 /// Longest a connect or one batch's statement may take; past it the connection is given up.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most takes and releases in one statement.
 const MAX_BATCH: usize = 1024;
+/// One batch statement's rows (whether taken, the mark found), or `None` for a store whose
+/// identity record is not the adopted one.
+type BatchFuture<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<Option<Vec<(bool, Option<i64>)>>, sqlx::Error>>
+            + Send
+            + 'a,
+    >,
+>;
+
+/// A batch whose every take advances, in one plain statement (no function call): release, then
+/// take each key's turn and compare-and-advance its mark in one update of its row, only where the
+/// turn is free. The update works on the newest version of each row whatever the statement's
+/// snapshot, so it needs none of the function's fresh snapshots, which only the reads of takes
+/// without a token do. With `$2`, nothing happens unless the store's identity record holds it,
+/// and every row says so (`ok` false). Keys released must not be taken in the same statement.
+const TAKE_AND_ADVANCE_SQL: &str = "
+WITH ident AS (
+    SELECT $2::text IS NULL OR EXISTS (
+        SELECT 1 FROM fencegate_meta WHERE name = 'store_id' AND value = $2::text) AS ok
+), released AS (
+    UPDATE fence_marks AS f SET turn_expires = '-infinity'
+    FROM unnest($3::text[], $4::bigint[]) AS r(k, t), ident
+    WHERE ident.ok AND f.key = r.k AND f.turn_holder = $1 AND f.turn = r.t
+    RETURNING f.key
+), took AS (
+    INSERT INTO fence_marks AS f (key, mark, previous_mark, turn_holder, turn, turn_expires)
+    SELECT e.k, e.t, NULL, $1, e.turn, clock_timestamp() + e.l * interval '1 millisecond'
+    FROM unnest($5::text[], $6::bigint[], $7::bigint[], $8::bigint[]) AS e(k, turn, l, t), ident
+    WHERE ident.ok
+    ORDER BY e.k
+    ON CONFLICT (key) DO UPDATE
+        SET previous_mark = f.mark, mark = GREATEST(f.mark, excluded.mark),
+            turn_holder = excluded.turn_holder, turn = excluded.turn,
+            turn_expires = excluded.turn_expires
+        WHERE f.turn_expires IS NULL OR f.turn_expires <= clock_timestamp()
+            OR f.turn_holder = excluded.turn_holder
+    RETURNING f.key, f.previous_mark
+)
+SELECT took.key IS NOT NULL, took.previous_mark, ident.ok
+FROM unnest($5::text[]) WITH ORDINALITY AS e(k, i)
+    CROSS JOIN ident
+    LEFT JOIN took ON took.key = e.k
+ORDER BY e.i";
+
+/// How long releases wait for takes to share a statement with; another replica waiting for the key
+/// waits this much longer.
+const RELEASE_DELAY: Duration = Duration::from_millis(2);
 /// How soon releases whose statement failed are sent again.
 const RELEASE_RETRY: Duration = Duration::from_millis(100);
 /// SQLSTATE `fencegate_turn_batch` raises for a store whose identity is not the adopted one.
@@ -88,6 +137,8 @@ impl PostgresTurns {
                 connection: None,
                 postponed: Vec::new(),
                 releases: Vec::new(),
+                release_failed: false,
+                releases_since: None,
             };
             tokio::spawn(task.run(receiver));
             TurnTask { commands }
@@ -130,8 +181,12 @@ struct HolderTask {
     connection: Option<PgConnection>,
     /// Takes of a key already in the batch being built, kept for the next one.
     postponed: Vec<Command>,
-    /// Releases not yet made (their statement failed): sent again with the next batch.
+    /// Releases not yet made: sent with the next takes, or alone after [`RELEASE_DELAY`].
     releases: Vec<(String, u64)>,
+    /// The last statement failed: pending releases are sent again after [`RELEASE_RETRY`].
+    release_failed: bool,
+    /// Since when releases have been waiting (`None` while there are none).
+    releases_since: Option<Instant>,
 }
 
 /// The takes of one batch, column by column, with their replies.
@@ -148,13 +203,22 @@ impl HolderTask {
     async fn run(mut self, mut receiver: mpsc::UnboundedReceiver<Command>) {
         let mut batch = Vec::new();
         loop {
+            let mut flush = false;
             if self.postponed.is_empty() && !self.releases.is_empty() {
-                // Releases whose statement failed are sent again soon, with or without company.
-                let waited =
-                    tokio::time::timeout(RELEASE_RETRY, receiver.recv_many(&mut batch, MAX_BATCH))
-                        .await;
-                if matches!(waited, Ok(0)) {
-                    return;
+                // Releases wait a moment for takes to go with (a statement of releases alone
+                // would cost a transaction of its own), then go alone; after a failed statement
+                // they are sent again a little later.
+                let wait = if self.release_failed {
+                    RELEASE_RETRY
+                } else {
+                    RELEASE_DELAY
+                };
+                let since = *self.releases_since.get_or_insert_with(Instant::now);
+                let left = wait.saturating_sub(since.elapsed());
+                match tokio::time::timeout(left, receiver.recv_many(&mut batch, MAX_BATCH)).await {
+                    Ok(0) => return,
+                    Ok(_) => flush = since.elapsed() >= wait,
+                    Err(_) => flush = true,
                 }
             } else if self.postponed.is_empty() {
                 if receiver.recv_many(&mut batch, MAX_BATCH).await == 0 {
@@ -169,11 +233,12 @@ impl HolderTask {
                     }
                 }
             }
-            self.process(std::mem::take(&mut batch)).await;
+            self.process(std::mem::take(&mut batch), flush).await;
         }
     }
 
-    async fn process(&mut self, batch: Vec<Command>) {
+    /// Answers `batch`; releases wait for the next take unless `flush`.
+    async fn process(&mut self, batch: Vec<Command>, flush: bool) {
         let mut takes = Takes::default();
         let mut renewals = Vec::new();
         for command in batch {
@@ -212,7 +277,7 @@ impl HolderTask {
                 } => renewals.push((more, reply)),
             }
         }
-        if !takes.keys.is_empty() || !self.releases.is_empty() {
+        if !takes.keys.is_empty() || (flush && !self.releases.is_empty()) {
             self.take_and_release(takes).await;
         }
         for (renewals, reply) in renewals {
@@ -227,6 +292,7 @@ impl HolderTask {
     /// failed leaves its releases queued for the next batch.
     async fn take_and_release(&mut self, takes: Takes) {
         let releases = std::mem::take(&mut self.releases);
+        self.releases_since = None;
         let reused = self.connection.is_some();
         let mut ran = self.statement(&releases, &takes).await;
         let retried = reused && matches!(ran, Err(StoreError::Backend { .. }));
@@ -234,10 +300,14 @@ impl HolderTask {
             ran = self.statement(&releases, &takes).await;
         }
         let rows = match ran {
-            Ok(rows) => rows,
+            Ok(rows) => {
+                self.release_failed = false;
+                rows
+            }
             Err(error) => {
                 tracing::warn!(%error, "a key-turn batch failed");
                 self.releases = releases;
+                self.release_failed = true;
                 // A take that may have been made is released by its caller.
                 for reply in takes.replies {
                     let _ = reply.send(Err(error.shared()));
@@ -283,21 +353,64 @@ impl HolderTask {
             .map(|(key, turn)| (key.as_str(), turn_arg(*turn)))
             .unzip();
         let connection = self.connection().await?;
-        let statement = sqlx::query_as::<_, (bool, Option<i64>)>(
-            "SELECT taken, mark FROM fencegate_turn_batch($1, $2, $3, $4, $5, $6, $7, $8) ORDER BY n",
-        )
-        .bind(&*holder)
-        .bind(expected.as_deref())
-        .bind(&release_keys)
-        .bind(&release_turns)
-        .bind(&takes.keys)
-        .bind(&takes.turns)
-        .bind(&takes.leases)
-        .bind(&takes.tokens)
-        .fetch_all(connection);
+        let tokens: Option<Vec<i64>> = takes.tokens.iter().copied().collect();
+        // Every take advances: one plain statement. A release of a key this batch takes again
+        // is left out: the take, of this holder's own row, replaces it.
+        let plain = tokens.filter(|t| !t.is_empty()).map(|tokens| {
+            let (keys, turns): (Vec<&str>, Vec<i64>) = release_keys
+                .iter()
+                .zip(&release_turns)
+                .filter(|(key, _)| !takes.keys.iter().any(|k| k == *key))
+                .map(|(key, turn)| (*key, *turn))
+                .unzip();
+            (keys, turns, tokens)
+        });
+        let statement = match &plain {
+            Some((release_keys, release_turns, tokens)) => {
+                let rows = sqlx::query_as::<_, (bool, Option<i64>, bool)>(TAKE_AND_ADVANCE_SQL)
+                    .bind(&*holder)
+                    .bind(expected.as_deref())
+                    .bind(release_keys)
+                    .bind(release_turns)
+                    .bind(&takes.keys)
+                    .bind(&takes.turns)
+                    .bind(&takes.leases)
+                    .bind(tokens)
+                    .fetch_all(connection);
+                Box::pin(async move {
+                    let rows = rows.await?;
+                    if rows.iter().any(|(_, _, ok)| !ok) {
+                        return Ok(None);
+                    }
+                    Ok(Some(
+                        rows.into_iter()
+                            .map(|(taken, mark, _)| (taken, mark))
+                            .collect(),
+                    ))
+                }) as BatchFuture<'_>
+            }
+            None => {
+                let rows = sqlx::query_as::<_, (bool, Option<i64>)>(
+                    "SELECT taken, mark FROM fencegate_turn_batch($1, $2, $3, $4, $5, $6, $7, $8) ORDER BY n",
+                )
+                .bind(&*holder)
+                .bind(expected.as_deref())
+                .bind(&release_keys)
+                .bind(&release_turns)
+                .bind(&takes.keys)
+                .bind(&takes.turns)
+                .bind(&takes.leases)
+                .bind(&takes.tokens)
+                .fetch_all(connection);
+                Box::pin(async move { rows.await.map(Some) }) as BatchFuture<'_>
+            }
+        };
         let ran = match tokio::time::timeout(STATEMENT_TIMEOUT, statement).await {
-            Ok(Ok(rows)) if rows.len() == takes.keys.len() => Ok(rows),
-            Ok(Ok(rows)) => Err(StoreError::Setup {
+            Ok(Ok(None)) => Err(StoreError::Untrusted {
+                reason: mismatch_reason(expected.as_deref().unwrap_or_default(), None),
+            }),
+            Ok(Ok(Some(rows))) if rows.len() == takes.keys.len() => Ok(rows),
+            Ok(Ok(Some(rows))) => Err(StoreError::Setup {
                 backend: BACKEND,
                 detail: format!(
                     "the turn batch answered {} rows for {} takes",

@@ -18,7 +18,7 @@ trap 'rm -rf "$work"' EXIT
 
 if [ -z "${FENCEGATE_BIN:-}" ]; then
   cargo build --release --locked --quiet --bin fencegate
-  export FENCEGATE_BIN=$PWD/target/release/fencegate
+  FENCEGATE_BIN=target/release/fencegate
 fi
 export FENCEGATE_BIN
 

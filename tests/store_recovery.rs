@@ -7,17 +7,15 @@
 mod support;
 
 use std::collections::{BTreeMap, HashSet};
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::gateway::fenced_route;
-use support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
+use support::network_store::{with_namespace, Backend};
 use support::relay::{Relay, RelayMode};
 use support::{send, Behavior, GatewayProcess, RecordingUpstream};
 
-const POSTGRES_ADDR: &str = "127.0.0.1:5432";
 /// Concurrent clients, each on its own keys, each sending one write at a time.
 const WRITERS: usize = 4;
 /// Keys per client, written round-robin.
@@ -48,12 +46,6 @@ const TOLERANCE: Duration = Duration::from_millis(100);
 /// A client gives up on one write after this (the route's timeout, store timeout and gate
 /// timeout are 2 s, 2 s and 10 s); such a write counts as status 0.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(20);
-
-#[derive(Debug, Clone, Copy)]
-enum Backend {
-    Postgres,
-    Redis,
-}
 
 /// What the clients do while the relay is cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,38 +122,6 @@ fn route(upstream: &RecordingUpstream, ordering: &str) -> String {
     route
 }
 
-/// Fails with a clear message when the machine's PostgreSQL is not there.
-async fn require_postgres() {
-    if let Err(e) = <sqlx::PgConnection as sqlx::Connection>::connect(TEST_POSTGRES_URL).await {
-        panic!("this test needs PostgreSQL at {TEST_POSTGRES_URL}: {e}");
-    }
-}
-
-/// Runs `test` with a fresh schema or key prefix, then removes it, even when `test` fails.
-async fn with_namespace<F, Fut, T>(backend: Backend, test: F) -> T
-where
-    F: FnOnce(String) -> Fut,
-    Fut: Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    let namespace = match backend {
-        Backend::Postgres => {
-            require_postgres().await;
-            unique_schema()
-        }
-        Backend::Redis => {
-            drop(support::redis::direct().await);
-            support::redis::unique_prefix()
-        }
-    };
-    let outcome = tokio::spawn(test(namespace.clone())).await;
-    match backend {
-        Backend::Postgres => drop_schema(&namespace).await,
-        Backend::Redis => support::redis::delete_keys(&namespace).await,
-    }
-    outcome.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-}
-
 /// One client: a write every [`PERIOD`] (one at a time, none while paused) until stopped,
 /// round-robin over its keys, each with the next token.
 async fn writer(url: String, writer: usize, controls: Arc<Controls>) -> Vec<Write> {
@@ -235,10 +195,7 @@ async fn recovery_case(
     traffic: Traffic,
     namespace: String,
 ) -> Outcome {
-    let target = match backend {
-        Backend::Postgres => POSTGRES_ADDR,
-        Backend::Redis => support::redis::REDIS_ADDR,
-    };
+    let target = backend.addr();
     let relay = Relay::start(target.parse().expect("store address")).await;
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
     let dir = tempfile::tempdir().expect("temp dir");

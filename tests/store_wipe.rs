@@ -47,42 +47,19 @@ impl Gateway {
     }
 }
 
-/// Every key under `prefix`, by `SCAN` (the shared server is never blocked by `KEYS`).
-async fn keys_under(prefix: &str) -> Vec<String> {
-    let mut redis = support::redis::direct().await;
-    let mut keys = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut redis)
-            .await
-            .expect("SCAN");
-        keys.extend(batch);
-        if next == 0 {
-            return keys;
-        }
-        cursor = next;
-    }
-}
-
 /// A write of k1, the wipe, then at once a write of k2 that must be refused.
 async fn wipe_then_write_a_new_key(gw: Gateway, upstream: RecordingUpstream, prefix: String) {
     // The store is adopted and used.
     let first = send("POST", &gw.url("/inv/1"), &[("x-fence", "10")], "").await;
     assert_eq!(first.status, 200, "k1 before the wipe: {:?}", first.body);
     assert!(
-        !keys_under(&prefix).await.is_empty(),
+        !support::redis::keys_under(&prefix).await.is_empty(),
         "the gateway wrote under its prefix"
     );
 
     // The server forgot everything under the prefix, identity record included.
     support::redis::delete_keys(&prefix).await;
-    let left = keys_under(&prefix).await;
+    let left = support::redis::keys_under(&prefix).await;
     assert!(left.is_empty(), "keys left after the wipe: {left:?}");
 
     let fresh = send("POST", &gw.url("/inv/2"), &[("x-fence", "1")], "").await;

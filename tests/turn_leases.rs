@@ -6,12 +6,11 @@
 
 mod support;
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use support::gateway::fenced_route;
 use support::history::{check_serialized, UpstreamSpan};
-use support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
+use support::network_store::{with_namespace, Backend};
 use support::relay::{Relay, RelayMode};
 use support::{send, Behavior, GatewayProcess, RecordingUpstream, DELAY_HEADER};
 
@@ -25,13 +24,6 @@ const CUT: Duration = Duration::from_millis(50);
 const REACH_UPSTREAM: Duration = Duration::from_secs(5);
 /// A's token; B writes with the next one.
 const TOKEN: u64 = 5;
-const POSTGRES_ADDR: &str = "127.0.0.1:5432";
-
-#[derive(Debug, Clone, Copy)]
-enum Backend {
-    Postgres,
-    Redis,
-}
 
 /// One write as its client saw it.
 #[derive(Debug)]
@@ -67,39 +59,6 @@ fn serialized_route(upstream: &RecordingUpstream) -> String {
         "the route template changed: {route}"
     );
     route
-}
-
-/// Fails with a clear message when the machine's PostgreSQL is not there.
-async fn require_postgres() {
-    if let Err(e) = <sqlx::PgConnection as sqlx::Connection>::connect(TEST_POSTGRES_URL).await {
-        panic!("this test needs PostgreSQL at {TEST_POSTGRES_URL}: {e}");
-    }
-}
-
-/// Runs `test` with a fresh schema or key prefix, then removes it, even when `test` fails.
-async fn with_namespace<F, Fut>(backend: Backend, test: F)
-where
-    F: FnOnce(String) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let namespace = match backend {
-        Backend::Postgres => {
-            require_postgres().await;
-            unique_schema()
-        }
-        Backend::Redis => {
-            drop(support::redis::direct().await);
-            support::redis::unique_prefix()
-        }
-    };
-    let outcome = tokio::spawn(test(namespace.clone())).await;
-    match backend {
-        Backend::Postgres => drop_schema(&namespace).await,
-        Backend::Redis => support::redis::delete_keys(&namespace).await,
-    }
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
 }
 
 /// A's write is `2 * key`, B's `2 * key + 1`: the sequence number follows from key and token.
@@ -173,10 +132,7 @@ fn spans(upstream: &RecordingUpstream) -> Vec<UpstreamSpan> {
 
 async fn a_lost_store_connection_does_not_end_a_turn(backend: Backend, namespace: String) {
     let started = Instant::now();
-    let target = match backend {
-        Backend::Postgres => POSTGRES_ADDR,
-        Backend::Redis => support::redis::REDIS_ADDR,
-    };
+    let target = backend.addr();
     let relay = Relay::start(target.parse().expect("store address")).await;
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
     let route = serialized_route(&upstream);

@@ -14,6 +14,7 @@ pub mod gateway;
 pub mod history;
 pub mod intent_contract;
 pub mod leases;
+pub mod network_store;
 pub mod ordering;
 pub mod outcome;
 pub mod postgres;

@@ -41,8 +41,8 @@ where
     }
 }
 
-/// Deletes every key under `prefix`.
-pub async fn delete_keys(prefix: &str) {
+/// Every key under `prefix`, by `SCAN` (the shared server is never blocked by `KEYS`).
+pub async fn keys_under(prefix: &str) -> Vec<String> {
     let mut connection = direct().await;
     let mut keys: Vec<String> = Vec::new();
     let mut cursor = 0u64;
@@ -58,10 +58,16 @@ pub async fn delete_keys(prefix: &str) {
             .expect("SCAN");
         keys.extend(batch);
         if next == 0 {
-            break;
+            return keys;
         }
         cursor = next;
     }
+}
+
+/// Deletes every key under `prefix`.
+pub async fn delete_keys(prefix: &str) {
+    let keys = keys_under(prefix).await;
+    let mut connection = direct().await;
     for chunk in keys.chunks(500) {
         let _: () = connection.del(chunk).await.expect("DEL");
     }

@@ -13,8 +13,20 @@ use crate::store::{decide, Advance, StoreIdentity};
 /// dropped, then shorter is smaller, then digit by digit. Writes only when the mark grows, so an
 /// equal `monotonic` token costs no write.
 pub(super) fn advance_script() -> String {
-    format!("{DECIMAL_ORDER}{ADVANCE_BODY}")
+    format!("{DECIMAL_ORDER}{IDENTITY_CHECK}{ADVANCE_BODY}")
 }
+
+/// The store identity check every writing script starts with: KEYS[1] is the store's identity
+/// record, ARGV[1] the adopted store's id ('' compares nothing). A store whose record is not that
+/// id answers {-2, the id found or false} and the script writes nothing.
+pub(super) const IDENTITY_CHECK: &str = r"
+if ARGV[1] ~= '' then
+  local found = redis.call('GET', KEYS[1])
+  if found ~= ARGV[1] then
+    return {-2, found or false}
+  end
+end
+";
 
 /// Orders u64 decimal strings (shared by every script that compares fences): leading zeros
 /// dropped, then shorter is smaller, then digit by digit.
@@ -38,7 +50,7 @@ local function order(a, b)
 end
 ";
 
-/// The advances, run after [`DECIMAL_ORDER`].
+/// The advances, run after [`DECIMAL_ORDER`] and [`IDENTITY_CHECK`].
 const ADVANCE_BODY: &str = r"
 -- One advance: {1, previous mark or false} when the token passes, {0, current mark} when it is
 -- stale, {-1, message} when the token or the stored mark is not a decimal number.
@@ -74,16 +86,9 @@ local function advance(mark_key, token_text, compare)
   end
   return {1, mark}
 end
--- KEYS[1]: the store's identity record; ARGV[1]: the adopted store's id ('' compares nothing).
--- A store whose record is not that id answers {-2, the id found or false} and advances nothing.
+-- KEYS[1] and ARGV[1]: the identity check's.
 -- KEYS[i + 1]: the mark of the i-th advance; ARGV[2i]: its token (decimal u64), ARGV[2i + 1]:
 -- 'monotonic' or 'strict'. One answer per advance, in order.
-if ARGV[1] ~= '' then
-  local found = redis.call('GET', KEYS[1])
-  if found ~= ARGV[1] then
-    return {-2, found or false}
-  end
-end
 local answers = {}
 for i = 1, #KEYS - 1 do
   answers[i] = advance(KEYS[i + 1], ARGV[2 * i], ARGV[2 * i + 1])

@@ -12,24 +12,18 @@ use std::sync::Arc;
 
 use redis::{Cmd, Script, Value};
 
-use super::script::{server_answer, unexpected, DECIMAL_ORDER};
+use super::script::{server_answer, unexpected, DECIMAL_ORDER, IDENTITY_CHECK};
 use super::{store_id_key, wrap, Command, WriterPool};
 use crate::store::turns::{Renewal, TakeTurn, TurnStore};
 use crate::store::{mismatch_reason, ExpectedIdentity, StoreError, StoreFuture};
 
-/// KEYS: the store-id record, the turn, the mark. ARGV: the expected store id ('' compares
-/// nothing), the holder, the turn, the lease in ms, the token to advance to ('' for none).
+/// Run after [`IDENTITY_CHECK`]. KEYS: the store-id record, the turn, the mark. ARGV: the expected
+/// store id ('' compares nothing), the holder, the turn, the lease in ms, the token to advance to ('' for none).
 /// Answers {1, mark before the advance or false} when taken, {0, false} when another holder has
 /// the key, {-2, store id found or false} for another store, {-1, message} for bad input, and
 /// {3, false} for a take with a token that repeats one already made (its first attempt's answer
 /// was lost): the turn is held, but whether the token was new is unknown.
 const TAKE_BODY: &str = r"
-if ARGV[1] ~= '' then
-  local found = redis.call('GET', KEYS[1])
-  if found ~= ARGV[1] then
-    return {-2, found or false}
-  end
-end
 local me = ARGV[2] .. ' ' .. ARGV[3]
 local current = redis.call('GET', KEYS[2])
 if current and current ~= me and string.sub(current, 1, #ARGV[2] + 1) ~= ARGV[2] .. ' ' then
@@ -87,7 +81,7 @@ pub(super) struct TurnScripts {
 impl TurnScripts {
     pub(super) fn new() -> TurnScripts {
         TurnScripts {
-            take: Script::new(&format!("{DECIMAL_ORDER}{TAKE_BODY}")),
+            take: Script::new(&format!("{DECIMAL_ORDER}{IDENTITY_CHECK}{TAKE_BODY}")),
             release: Script::new(RELEASE_SCRIPT),
             renew: Script::new(RENEW_SCRIPT),
         }

@@ -1,0 +1,55 @@
+//! A network store for one test: PostgreSQL under a schema of the test's own, or Redis under a key
+//! prefix of its own, its server's address, and the cleanup that runs even when the test fails.
+
+use std::future::Future;
+
+use super::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
+
+/// The machine's PostgreSQL, as a `host:port` a relay can point at.
+pub const POSTGRES_ADDR: &str = "127.0.0.1:5432";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Redis,
+}
+
+impl Backend {
+    /// The server's `host:port`.
+    pub fn addr(self) -> &'static str {
+        match self {
+            Backend::Postgres => POSTGRES_ADDR,
+            Backend::Redis => super::redis::REDIS_ADDR,
+        }
+    }
+}
+
+/// Runs `test` with a fresh schema or key prefix, then removes it, even when `test` fails. Fails
+/// (never skips) when the server cannot be reached.
+pub async fn with_namespace<F, Fut, T>(backend: Backend, test: F) -> T
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let namespace = match backend {
+        Backend::Postgres => {
+            if let Err(e) =
+                <sqlx::PgConnection as sqlx::Connection>::connect(TEST_POSTGRES_URL).await
+            {
+                panic!("this test needs PostgreSQL at {TEST_POSTGRES_URL}: {e}");
+            }
+            unique_schema()
+        }
+        Backend::Redis => {
+            drop(super::redis::direct().await);
+            super::redis::unique_prefix()
+        }
+    };
+    let outcome = tokio::spawn(test(namespace.clone())).await;
+    match backend {
+        Backend::Postgres => drop_schema(&namespace).await,
+        Backend::Redis => super::redis::delete_keys(&namespace).await,
+    }
+    outcome.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}

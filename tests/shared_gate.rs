@@ -4,7 +4,8 @@
 //! nothing; a turn never released lapses by its lease on the store's clock, not before; a take
 //! with a token advances the mark only when it takes the turn; the keeper renews a long turn and
 //! cuts the forward of one it cannot renew before the lease lapses; a store that lost its
-//! identity refuses every take. PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) must be
+//! identity refuses every take; on PostgreSQL an ended turn's release is written once another
+//! replica wants the key, not before. PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) must be
 //! running: these tests fail, never skip, when they are not.
 
 mod support;
@@ -401,3 +402,45 @@ on_both_backends!(
     a_turn_that_cannot_be_renewed_is_cut_before_its_lease_lapses,
     a_store_that_lost_its_identity_refuses_takes,
 );
+
+/// On PostgreSQL a holder writes the release of an ended turn only once another replica wants the
+/// key (its take notifies the holder): until then the row still names the holder's turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_an_ended_turn_is_released_when_another_replica_wants_it() {
+    on(Backend::Postgres, |ns| async move {
+        let a = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        let b = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        // The first release starts the holder's listener (written at once: nobody listens yet).
+        drop(enter(&a, "first", HOLD).await.expect("entered"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        drop(enter(&a, "k", HOLD).await.expect("entered"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(TEST_POSTGRES_URL)
+            .await
+            .expect("PostgreSQL");
+        let still_leased: bool = sqlx::query_scalar(&format!(
+            "SELECT turn_expires > now() FROM {}.fence_marks WHERE key = 'k'",
+            ns.name
+        ))
+        .fetch_one(&pool)
+        .await
+        .expect("the key's row");
+        assert!(
+            still_leased,
+            "the ended turn's release was written though nobody wanted the key"
+        );
+        let started = Instant::now();
+        assert!(
+            gets_in(&b, "k", Duration::from_secs(2)).await,
+            "the wanted key was never released"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "the wanted key took {:?} to be released",
+            started.elapsed()
+        );
+    })
+    .await;
+}

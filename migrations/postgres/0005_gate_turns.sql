@@ -7,7 +7,10 @@
 --
 -- In the mark's row, a serialized write's take, advance and release are updates of one row (heap
 -- only: no indexed column changes, and the fill factor leaves room on new pages). A key whose turn
--- was taken before it had a mark has a row with mark NULL: no mark.
+-- was taken before it had a mark has a row with mark NULL: no mark. A holder writes a release
+-- only when another replica wants the key (told by pg_notify on channel fencegate_turns, payload
+-- "{holder} {key}", from the take that found the key held); until then the row names a turn that
+-- is over, which its holder takes back at once and which lapses by its lease.
 ALTER TABLE fence_marks
     ALTER COLUMN mark DROP NOT NULL,
     ADD COLUMN turn_holder text,
@@ -86,6 +89,11 @@ BEGIN
         RETURNING f.key
     )
     SELECT coalesce(array_agg(took.key), '{}') INTO taken_keys FROM took;
+    -- The holder of each key not taken hears that this replica wants it: a holder writes the
+    -- release of a turn whose forward has ended only once someone wants the key.
+    PERFORM pg_notify('fencegate_turns', f.turn_holder || ' ' || f.key)
+    FROM unnest(take_keys) AS e(k) JOIN fence_marks AS f ON f.key = e.k
+    WHERE NOT (e.k = ANY(taken_keys)) AND f.turn_holder IS DISTINCT FROM holder_id;
     -- A new statement, so a new snapshot: the marks read and replaced below include every
     -- advance committed before the turns above were taken.
     RETURN QUERY

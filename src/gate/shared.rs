@@ -130,6 +130,7 @@ impl SharedGate {
             turns: self.turns.as_ref(),
             key,
             turn,
+            lease,
             armed: true,
         };
         let taken = self
@@ -186,13 +187,15 @@ struct Unanswered<'a> {
     turns: &'a dyn TurnStore,
     key: &'a str,
     turn: u64,
+    lease: Duration,
     armed: bool,
 }
 
 impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.turns.release(self.key.to_owned(), self.turn);
+            self.turns
+                .release(self.key.to_owned(), self.turn, self.lease);
         }
     }
 }
@@ -217,7 +220,8 @@ impl SharedPass {
 impl Drop for SharedPass {
     fn drop(&mut self) {
         self.watches.remove(&self.watch.turn);
-        self.turns.release(self.watch.key.clone(), self.watch.turn);
+        self.turns
+            .release(self.watch.key.clone(), self.watch.turn, self.watch.lease);
     }
 }
 

@@ -18,6 +18,7 @@ mod postgres_batcher;
 mod postgres_intents;
 mod postgres_reads;
 mod postgres_thread_batchers;
+mod postgres_turn_wants;
 mod postgres_turns;
 mod redis;
 mod replica;

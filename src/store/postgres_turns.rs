@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::per_thread::{PerThread, TaskQueue};
 use super::postgres::{decode_mark, encode_mark};
+use super::postgres_turn_wants::{ReleaseNow, TurnWants};
 use super::turns::{Renewal, TakeTurn, TurnStore};
 use super::{mismatch_reason, ExpectedIdentity, StoreError, StoreFuture};
 
@@ -38,6 +39,8 @@ type BatchFuture<'a> = std::pin::Pin<
 /// snapshot, so it needs none of the function's fresh snapshots, which only the reads of takes
 /// without a token do. With `$2`, nothing happens unless the store's identity record holds it,
 /// and every row says so (`ok` false). Keys released must not be taken in the same statement.
+/// The holder of each key not taken is notified that this replica wants it
+/// (`postgres_turn_wants`).
 const TAKE_AND_ADVANCE_SQL: &str = "
 WITH ident AS (
     SELECT $2::text IS NULL OR EXISTS (
@@ -60,10 +63,15 @@ WITH ident AS (
         WHERE f.turn_expires IS NULL OR f.turn_expires <= clock_timestamp()
             OR f.turn_holder = excluded.turn_holder
     RETURNING f.key, f.previous_mark
+), wants AS (
+    SELECT count(pg_notify('fencegate_turns', f.turn_holder || ' ' || f.key)) AS n
+    FROM unnest($5::text[]) AS e(k) JOIN fence_marks AS f ON f.key = e.k
+    WHERE f.turn_holder IS DISTINCT FROM $1 AND NOT EXISTS (SELECT 1 FROM took WHERE took.key = e.k)
 )
 SELECT took.key IS NOT NULL, took.previous_mark, ident.ok
 FROM unnest($5::text[]) WITH ORDINALITY AS e(k, i)
     CROSS JOIN ident
+    CROSS JOIN wants
     LEFT JOIN took ON took.key = e.k
 ORDER BY e.i";
 
@@ -80,6 +88,7 @@ pub struct PostgresTurns {
     holder: Arc<str>,
     expected: Arc<ExpectedIdentity>,
     tasks: PerThread<TurnTask>,
+    wants: Arc<TurnWants>,
 }
 
 /// One holder task's queue.
@@ -119,31 +128,49 @@ impl PostgresTurns {
         // The function reads marks committed after its statement began (READ COMMITTED; the
         // space is escaped for the startup packet's option string, which sqlx passes as is).
         let options = options.options([("default_transaction_isolation", "read\\ committed")]);
+        let holder: Arc<str> = holder.into();
         PostgresTurns {
             options,
-            holder: holder.into(),
+            wants: Arc::new(TurnWants::new(Arc::clone(&holder))),
+            holder,
             expected,
             tasks: PerThread::new(),
         }
     }
 
     fn send(&self, command: Command) -> Result<(), StoreError> {
-        let task = self.tasks.queue(|| {
-            let (commands, receiver) = mpsc::unbounded_channel();
-            let task = HolderTask {
-                options: self.options.clone(),
-                holder: Arc::clone(&self.holder),
-                expected: Arc::clone(&self.expected),
-                connection: None,
-                postponed: Vec::new(),
-                releases: Vec::new(),
-                release_failed: false,
-                releases_since: None,
-            };
-            tokio::spawn(task.run(receiver));
-            TurnTask { commands }
-        })?;
+        let task = self.tasks.queue(|| self.spawn_task())?;
         task.commands.send(command).map_err(|_| StoreError::Closed)
+    }
+
+    /// Starts a holder task on the calling runtime.
+    fn spawn_task(&self) -> TurnTask {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let task = HolderTask {
+            options: self.options.clone(),
+            holder: Arc::clone(&self.holder),
+            expected: Arc::clone(&self.expected),
+            connection: None,
+            postponed: Vec::new(),
+            releases: Vec::new(),
+            release_failed: false,
+            releases_since: None,
+        };
+        tokio::spawn(task.run(receiver));
+        TurnTask { commands }
+    }
+
+    /// Starts, once, the listener that has releases written when another replica wants a key,
+    /// with a holder task of its own for them (both on the calling runtime).
+    fn start_listener(&self) {
+        if self.wants.started() {
+            return;
+        }
+        let task = self.spawn_task();
+        let release: ReleaseNow = Arc::new(move |key, turn| {
+            let _ = task.commands.send(Command::Release { key, turn });
+        });
+        self.wants.start(&self.options, release);
     }
 }
 
@@ -156,7 +183,11 @@ impl TurnStore for PostgresTurns {
         })
     }
 
-    fn release(&self, key: String, turn: u64) {
+    fn release(&self, key: String, turn: u64, lease: Duration) {
+        self.start_listener();
+        if self.wants.defer(&key, turn, lease) {
+            return;
+        }
         // After `close` the lease is left to lapse.
         let _ = self.send(Command::Release { key, turn });
     }

@@ -34,9 +34,10 @@ pub trait TurnStore: Send + Sync + 'static {
     /// (before the take's own advance; `None` for a key without one). `None`: another replica
     /// holds the key, and nothing was advanced. Taking the same turn again succeeds again.
     fn take(&self, take: TakeTurn) -> StoreFuture<'_, Option<Option<u64>>>;
-    /// Gives a turn back, in the background. A release the store does not get leaves the lease
-    /// to lapse (or to this replica's next take of the key); one for a turn not held does nothing.
-    fn release(&self, key: String, turn: u64);
+    /// Gives a turn (taken for `lease`) back, in the background. A release the store does not
+    /// get leaves the lease to lapse (or to this replica's next take of the key); one for a turn
+    /// not held does nothing. A backend may write it only once another replica wants the key.
+    fn release(&self, key: String, turn: u64, lease: Duration);
     /// Extends leases still held by this replica; answers, per renewal in order, whether it was.
     fn renew(&self, renewals: Vec<Renewal>) -> StoreFuture<'_, Vec<bool>>;
     /// No take is started after this.

@@ -151,7 +151,7 @@ impl TurnStore for RedisTurns {
         })
     }
 
-    fn release(&self, key: String, turn: u64) {
+    fn release(&self, key: String, turn: u64, _lease: std::time::Duration) {
         let command = Self::evalsha(
             &self.scripts.release,
             &[self.turn_key(&key)],

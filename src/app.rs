@@ -285,7 +285,7 @@ impl App {
             admin.abort();
         }
         if let Some(shared) = &self.gates.shared {
-            shared.close();
+            shared.close().await;
         }
         if let Err(e) = self.store.close().await {
             tracing::warn!(error = %e, "closing the store failed");

@@ -170,9 +170,12 @@ impl SharedGate {
         self.watches.len()
     }
 
-    pub fn close(&self) {
+    /// Stops the keeper and closes the turns (writing the releases held back).
+    pub async fn close(&self) {
         self.keeper.abort();
-        self.turns.close();
+        if let Err(error) = self.turns.close().await {
+            tracing::warn!(%error, "closing the key turns failed; their leases will lapse");
+        }
     }
 }
 

@@ -30,6 +30,8 @@ pub(super) struct TurnWants {
     /// The listener is connected and listening: releases may wait for a want.
     listening: AtomicBool,
     started: AtomicBool,
+    /// Closed: releases are written at once.
+    closed: AtomicBool,
     /// The longest lease seen, in milliseconds: wants older than it are forgotten.
     longest_ms: AtomicU64,
 }
@@ -45,6 +47,7 @@ impl TurnWants {
             wanted: DashMap::new(),
             listening: AtomicBool::new(false),
             started: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             longest_ms: AtomicU64::new(0),
         }
     }
@@ -65,7 +68,10 @@ impl TurnWants {
     /// Whether the release of `turn` of `key` (leased for `lease`) may wait for a want; `false`:
     /// write it now.
     pub(super) fn defer(&self, key: &str, turn: u64, lease: Duration) -> bool {
-        if !self.listening.load(Ordering::Acquire) || self.ended.len() >= MAX_ENDED {
+        if !self.listening.load(Ordering::Acquire)
+            || self.closed.load(Ordering::Acquire)
+            || self.ended.len() >= MAX_ENDED
+        {
             return false;
         }
         if self.wanted.remove(key).is_some() {
@@ -88,6 +94,12 @@ impl TurnWants {
         let (_, (turn, _)) = self.ended.remove(key)?;
         self.wanted.remove(key);
         Some(turn)
+    }
+
+    /// From now on no release waits; every ended turn, to write now.
+    pub(super) fn close(&self) -> Vec<(String, u64)> {
+        self.closed.store(true, Ordering::Release);
+        self.drain()
     }
 
     /// Every ended turn, to write now.

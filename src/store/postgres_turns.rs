@@ -200,8 +200,46 @@ impl TurnStore for PostgresTurns {
         })
     }
 
-    fn close(&self) {
-        drop(self.tasks.close());
+    fn close(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            drop(self.tasks.close());
+            // Ended turns nobody asked for yet would keep their keys closed to the other replicas
+            // until they lapse: release them now, on a connection of this call's own.
+            let ended = self.wants.close();
+            if ended.is_empty() {
+                return Ok(());
+            }
+            let (keys, turns): (Vec<String>, Vec<i64>) = ended
+                .into_iter()
+                .map(|(key, turn)| (key, turn_arg(turn)))
+                .unzip();
+            let connected = tokio::time::timeout(STATEMENT_TIMEOUT, self.options.connect()).await;
+            let mut connection = match connected {
+                Ok(Ok(connection)) => connection,
+                Ok(Err(source)) => return Err(backend_error(source)),
+                Err(_) => {
+                    return Err(backend_error(std::io::Error::other(
+                        "connecting to release key turns timed out",
+                    )))
+                }
+            };
+            let released = sqlx::query(
+                "UPDATE fence_marks AS f SET turn_expires = '-infinity' \
+                 FROM unnest($2::text[], $3::bigint[]) AS r(k, t) \
+                 WHERE f.key = r.k AND f.turn_holder = $1 AND f.turn = r.t",
+            )
+            .bind(&*self.holder)
+            .bind(&keys)
+            .bind(&turns)
+            .execute(&mut connection);
+            match tokio::time::timeout(STATEMENT_TIMEOUT, released).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(source)) => Err(backend_error(source)),
+                Err(_) => Err(backend_error(std::io::Error::other(
+                    "releasing key turns timed out",
+                ))),
+            }
+        })
     }
 }
 

@@ -40,6 +40,6 @@ pub trait TurnStore: Send + Sync + 'static {
     fn release(&self, key: String, turn: u64, lease: Duration);
     /// Extends leases still held by this replica; answers, per renewal in order, whether it was.
     fn renew(&self, renewals: Vec<Renewal>) -> StoreFuture<'_, Vec<bool>>;
-    /// No take is started after this.
-    fn close(&self);
+    /// No take is started after this; releases held back (see `release`) are written.
+    fn close(&self) -> StoreFuture<'_, ()>;
 }

@@ -186,7 +186,10 @@ impl TurnStore for RedisTurns {
         })
     }
 
-    fn close(&self) {}
+    fn close(&self) -> StoreFuture<'_, ()> {
+        // Releases are written as they come; the store's writers close with the store.
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Reads the take script's answer.

@@ -18,6 +18,8 @@ pub(super) const CHANNEL: &str = "fencegate_turns";
 const MAX_ENDED: usize = 100_000;
 /// How long the listener waits for a notification before it forgets lapsed entries.
 const PRUNE_EVERY: Duration = Duration::from_secs(1);
+/// How long the listener's connection may take to answer a ping before it is replaced.
+const PING_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long after a failed connect the listener tries again.
 const RECONNECT_AFTER: Duration = Duration::from_millis(200);
 
@@ -150,7 +152,15 @@ async fn listen(wants: Arc<TurnWants>, options: PgConnectOptions, release: Relea
             }
             let lost = loop {
                 match tokio::time::timeout(PRUNE_EVERY, listener.try_recv()).await {
-                    Err(_) => wants.prune(),
+                    Err(_) => {
+                        wants.prune();
+                        // A connection that stalled delivers nothing and reports nothing: ask it.
+                        let ping = sqlx::query("SELECT 1").execute(&mut listener);
+                        if !matches!(tokio::time::timeout(PING_TIMEOUT, ping).await, Ok(Ok(_))) {
+                            tracing::debug!("the key-turn listener stopped answering");
+                            break true;
+                        }
+                    }
                     Ok(Ok(Some(notification))) => {
                         let Some(key) = notification.payload().strip_prefix(&prefix) else {
                             continue;

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::gateway::{embedded_store, fenced_route};
+use support::gateway::{embedded_store, serialized_route};
 use support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
 use support::{send, Behavior, RecordingUpstream, TestGateway, DELAY_HEADER};
 
@@ -26,16 +26,7 @@ const ADMIN_TOKEN: &str = "claim-waits-admin-token";
 /// A serialized `acct` route (key `acct:{id}`) and an admin listener whose metrics show the
 /// requests the gateway is handling.
 fn routes(upstream: &RecordingUpstream) -> String {
-    let route = fenced_route("acct", &upstream.url(), "enforce", "monotonic")
-        .replace("timeout = \"2s\"", "timeout = \"5s\"")
-        .replace(
-            "compare = \"monotonic\"",
-            "compare = \"monotonic\"\nordering = \"serialize\"\ngate_timeout = \"15s\"",
-        );
-    assert!(
-        route.contains("ordering = \"serialize\""),
-        "the route template changed: {route}"
-    );
+    let route = serialized_route("acct", &upstream.url());
     format!("{route}[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{ADMIN_TOKEN}\"\n")
 }
 

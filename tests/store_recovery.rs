@@ -97,18 +97,6 @@ fn offset_ms(at: Instant, origin: Instant) -> f64 {
     }
 }
 
-/// The `[store]` table reaching the backend at `addr` under `namespace` (a schema or key prefix).
-fn store_toml(backend: Backend, addr: &str, namespace: &str) -> String {
-    match backend {
-        Backend::Postgres => format!(
-            "[store]\nbackend = \"postgres\"\nurl = \"postgres://postgres@{addr}/test\"\nschema = \"{namespace}\"\nmax_connections = 2\n"
-        ),
-        Backend::Redis => format!(
-            "[store]\nbackend = \"redis\"\nurl = \"redis://{addr}\"\nkey_prefix = \"{namespace}\"\n"
-        ),
-    }
-}
-
 /// The fenced route `acct` with the given ordering.
 fn route(upstream: &RecordingUpstream, ordering: &str) -> String {
     let route = fenced_route("acct", &upstream.url(), "enforce", "monotonic").replace(
@@ -201,7 +189,7 @@ async fn recovery_case(
     let dir = tempfile::tempdir().expect("temp dir");
     let gateway = GatewayProcess::start_with_store(
         dir.path(),
-        &store_toml(backend, &relay.addr.to_string(), &namespace),
+        &backend.store_toml(&relay.addr.to_string(), &namespace),
         &route(&upstream, ordering),
     );
 

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::gateway::fenced_route;
+use support::gateway::serialized_route;
 use support::history::{check_serialized, UpstreamSpan};
 use support::network_store::{with_namespace, Backend};
 use support::relay::{Relay, RelayMode};
@@ -32,33 +32,6 @@ struct Answer {
     replica: &'static str,
     token: u64,
     status: u16,
-}
-
-/// The `[store]` table reaching the backend at `addr` under `namespace` (a schema or key prefix).
-fn store_toml(backend: Backend, addr: &str, namespace: &str) -> String {
-    match backend {
-        Backend::Postgres => format!(
-            "[store]\nbackend = \"postgres\"\nurl = \"postgres://postgres@{addr}/test\"\nschema = \"{namespace}\"\nmax_connections = 2\n"
-        ),
-        Backend::Redis => format!(
-            "[store]\nbackend = \"redis\"\nurl = \"redis://{addr}\"\nkey_prefix = \"{namespace}\"\n"
-        ),
-    }
-}
-
-/// A serialized route with a 5 s upstream timeout and a 15 s gate timeout.
-fn serialized_route(upstream: &RecordingUpstream) -> String {
-    let route = fenced_route("acct", &upstream.url(), "enforce", "monotonic")
-        .replace("timeout = \"2s\"", "timeout = \"5s\"")
-        .replace(
-            "compare = \"monotonic\"",
-            "compare = \"monotonic\"\nordering = \"serialize\"\ngate_timeout = \"15s\"",
-        );
-    assert!(
-        route.contains("timeout = \"5s\"") && route.contains("ordering = \"serialize\""),
-        "the route template changed: {route}"
-    );
-    route
 }
 
 /// A's write is `2 * key`, B's `2 * key + 1`: the sequence number follows from key and token.
@@ -135,19 +108,19 @@ async fn a_lost_store_connection_does_not_end_a_turn(backend: Backend, namespace
     let target = backend.addr();
     let relay = Relay::start(target.parse().expect("store address")).await;
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let route = serialized_route(&upstream);
+    let route = serialized_route("acct", &upstream.url());
     let dirs: Vec<_> = (0..2)
         .map(|_| tempfile::tempdir().expect("temp dir"))
         .collect();
     // Started one after the other, so that only the first runs the PostgreSQL migrations.
     let a = GatewayProcess::start_with_store(
         dirs[0].path(),
-        &store_toml(backend, &relay.addr.to_string(), &namespace),
+        &backend.store_toml(&relay.addr.to_string(), &namespace),
         &route,
     );
     let b = GatewayProcess::start_with_store(
         dirs[1].path(),
-        &store_toml(backend, target, &namespace),
+        &backend.store_toml(target, &namespace),
         &route,
     );
 

@@ -196,6 +196,22 @@ pub fn config_text_with_store(
 }
 
 /// A fenced route named `name` at `/{name}/{{id}}` with key `{name}:{{id}}`.
+/// An enforcing, monotonic, serialized route (`name:{id}` keys) with a 5 s upstream timeout and a
+/// 15 s gate timeout.
+pub fn serialized_route(name: &str, upstream: &str) -> String {
+    let route = fenced_route(name, upstream, "enforce", "monotonic")
+        .replace("timeout = \"2s\"", "timeout = \"5s\"")
+        .replace(
+            "compare = \"monotonic\"",
+            "compare = \"monotonic\"\nordering = \"serialize\"\ngate_timeout = \"15s\"",
+        );
+    assert!(
+        route.contains("timeout = \"5s\"") && route.contains("ordering = \"serialize\""),
+        "the route template changed: {route}"
+    );
+    route
+}
+
 pub fn fenced_route(name: &str, upstream: &str, mode: &str, compare: &str) -> String {
     format!(
         "[[routes]]\nname = \"{name}\"\npath = \"/{name}/{{id}}\"\nupstream = \"{upstream}\"\nresource_key = \"{name}:{{id}}\"\ntimeout = \"2s\"\n\n[routes.fence]\nmode = \"{mode}\"\ncompare = \"{compare}\"\n\n"

@@ -15,6 +15,19 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// The `[store]` table reaching the server at `addr` (the server, or a relay in front of it)
+    /// under `namespace` (a schema or key prefix), with a small pool.
+    pub fn store_toml(self, addr: &str, namespace: &str) -> String {
+        match self {
+            Backend::Postgres => format!(
+                "[store]\nbackend = \"postgres\"\nurl = \"postgres://postgres@{addr}/test\"\nschema = \"{namespace}\"\nmax_connections = 2\n"
+            ),
+            Backend::Redis => format!(
+                "[store]\nbackend = \"redis\"\nurl = \"redis://{addr}\"\nkey_prefix = \"{namespace}\"\n"
+            ),
+        }
+    }
+
     /// The server's `host:port`.
     pub fn addr(self) -> &'static str {
         match self {

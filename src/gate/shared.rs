@@ -165,11 +165,6 @@ impl SharedGate {
         Ok(Some((pass, mark)))
     }
 
-    /// Turns held by this replica now.
-    pub fn held(&self) -> usize {
-        self.watches.len()
-    }
-
     /// Stops the keeper and closes the turns (writing the releases held back).
     pub async fn close(&self) {
         self.keeper.abort();

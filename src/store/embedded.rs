@@ -25,8 +25,8 @@ use super::combining::{BatchWriter, Combiner};
 use super::embedded_intents::{self, IntentCommand};
 use super::intents::{BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome};
 use super::{
-    decide, new_store_id, Advance, AdvancedAndBegun, FenceStore, StoreError, StoreFuture,
-    StoreIdentity,
+    decide, mismatch_reason, new_store_id, Advance, AdvancedAndBegun, ExpectedIdentity, FenceStore,
+    StoreError, StoreFuture, StoreIdentity,
 };
 use crate::config::Compare;
 
@@ -52,6 +52,7 @@ CREATE TABLE IF NOT EXISTS fencegate_meta (
 /// the queue in front of the writer holds at most one command per request in flight.
 pub struct EmbeddedStore {
     commands: Combiner<Writer>,
+    expected: Arc<ExpectedIdentity>,
 }
 
 enum Command {
@@ -108,12 +109,15 @@ impl EmbeddedStore {
             .execute(&mut connection)
             .await
             .map_err(open_error)?;
+        let expected = Arc::new(ExpectedIdentity::default());
         let writer = Writer {
             connection: Some(connection),
             path: path.to_owned(),
+            expected: Arc::clone(&expected),
         };
         Ok(EmbeddedStore {
             commands: Combiner::new(writer, max_batch.clamp(1, MAX_BATCH)),
+            expected,
         })
     }
 
@@ -182,6 +186,10 @@ impl FenceStore for EmbeddedStore {
     fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>> {
         let key = key.to_owned();
         Box::pin(self.request(move |reply| Command::Current { key, reply }))
+    }
+
+    fn expect_identity(&self, id: &str) {
+        self.expected.set(id);
     }
 
     fn identity(&self) -> StoreFuture<'_, StoreIdentity> {
@@ -272,6 +280,8 @@ impl IntentStore for EmbeddedStore {
 struct Writer {
     connection: Option<SqliteConnection>,
     path: PathBuf,
+    /// Compared by every batch's marks statement.
+    expected: Arc<ExpectedIdentity>,
 }
 
 impl BatchWriter for Writer {
@@ -287,7 +297,8 @@ impl BatchWriter for Writer {
                 }
                 return;
             };
-            if let Some(close) = process(connection, &self.path, batch).await {
+            let expected = self.expected.get();
+            if let Some(close) = process(connection, &self.path, batch, expected.as_deref()).await {
                 if let Some(connection) = self.connection.take() {
                     if let Err(e) = connection.close().await {
                         tracing::warn!(path = %self.path.display(), error = %e, "closing the embedded store failed");
@@ -304,6 +315,7 @@ async fn process(
     connection: &mut SqliteConnection,
     path: &Path,
     batch: &mut Vec<Command>,
+    expected: Option<&str>,
 ) -> Option<oneshot::Sender<()>> {
     let keys: Vec<&str> = batch
         .iter()
@@ -321,8 +333,29 @@ async fn process(
             *entry = (*entry).max(*token);
         }
     }
-    let loaded = match read_and_raise(connection, &keys, &highest).await {
-        Ok(marks) => marks,
+    let loaded = match read_and_raise(connection, &keys, &highest, expected).await {
+        Ok(Some(marks)) => marks,
+        Ok(None) => {
+            let reason = mismatch_reason(expected.unwrap_or_default(), None);
+            let error = || StoreError::Untrusted {
+                reason: reason.clone(),
+            };
+            let mut close = None;
+            for command in batch.drain(..) {
+                close = match command {
+                    // The identity is what is in doubt: it is still answered.
+                    Command::Identity { reply } => {
+                        let identity = identity(connection)
+                            .await
+                            .map_err(|source| backend_error(&Arc::new(source)));
+                        let _ = reply.send(identity);
+                        close
+                    }
+                    other => fail(other, error).or(close),
+                };
+            }
+            return close;
+        }
         Err(source) => {
             tracing::error!(path = %path.display(), error = %source, "embedded store read failed");
             let source = Arc::new(source);
@@ -389,13 +422,18 @@ async fn process(
 /// Outside an explicit transaction SQLite commits (and, with `synchronous = FULL`, fsyncs) the
 /// raise as one atomic statement. The `WHERE` guard (an unsigned comparison of the stored bit
 /// patterns) keeps I3 even if the file was changed behind the writer's back.
+///
+/// With `expected`, the adopted store's id, the raise happens only if the file's identity record
+/// holds it (in the raise's own statement), and the read says whether it does: `Ok(None)` for a
+/// file that is not the adopted store.
 async fn read_and_raise(
     connection: &mut SqliteConnection,
     keys: &[&str],
     highest: &HashMap<&str, u64>,
-) -> Result<HashMap<String, u64>, sqlx::Error> {
+    expected: Option<&str>,
+) -> Result<Option<HashMap<String, u64>>, sqlx::Error> {
     if keys.is_empty() {
-        return Ok(HashMap::new());
+        return Ok(Some(HashMap::new()));
     }
     let mut query = QueryBuilder::<Sqlite>::new("SELECT key, mark FROM fence_marks WHERE key IN (");
     let mut list = query.separated(", ");
@@ -403,11 +441,30 @@ async fn read_and_raise(
         list.push_bind(*key);
     }
     query.push(")");
+    if let Some(expected) = expected {
+        // One row with no key: the identity record is not the adopted store's.
+        query.push(" UNION ALL SELECT NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM fencegate_meta WHERE name = 'store_id' AND value = ");
+        query.push_bind(expected);
+        query.push(")");
+    }
     if !highest.is_empty() {
-        query.push("; INSERT INTO fence_marks (key, mark) ");
+        query.push("; INSERT INTO fence_marks (key, mark) SELECT column1, column2 FROM (");
         query.push_values(highest, |mut row, (key, mark)| {
             row.push_bind(*key).push_bind(encode_mark(*mark));
         });
+        query.push(") WHERE ");
+        match expected {
+            Some(expected) => {
+                query.push(
+                    "EXISTS (SELECT 1 FROM fencegate_meta WHERE name = 'store_id' AND value = ",
+                );
+                query.push_bind(expected);
+                query.push(")");
+            }
+            None => {
+                query.push("true");
+            }
+        }
         query.push(
             " ON CONFLICT (key) DO UPDATE SET mark = excluded.mark WHERE \
              CASE WHEN (excluded.mark < 0) = (fence_marks.mark < 0) \
@@ -415,11 +472,18 @@ async fn read_and_raise(
                   ELSE excluded.mark < 0 END",
         );
     }
-    let rows: Vec<(String, i64)> = query.build_query_as().fetch_all(connection).await?;
-    Ok(rows
-        .into_iter()
-        .map(|(key, mark)| (key, decode_mark(mark)))
-        .collect())
+    let rows: Vec<(Option<String>, Option<i64>)> =
+        query.build_query_as().fetch_all(connection).await?;
+    let mut marks = HashMap::with_capacity(rows.len());
+    for row in rows {
+        match row {
+            (Some(key), Some(mark)) => {
+                marks.insert(key, decode_mark(mark));
+            }
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(marks))
 }
 
 /// Reads the store's id, writing a new one when there is none.
@@ -472,4 +536,38 @@ fn fail(command: Command, error: impl Fn() -> StoreError) -> Option<oneshot::Sen
         Command::Close { reply } => return Some(reply),
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_file_that_is_not_the_adopted_store_refuses_every_advance() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = EmbeddedStore::open(&dir.path().join("marks.db"), 16)
+            .await
+            .expect("open");
+        let identity = store.identity().await.expect("identity");
+        store.expect_identity("another-store");
+        let refused = store.advance("k", 1, Compare::Monotonic).await;
+        assert!(
+            matches!(refused, Err(StoreError::Untrusted { .. })),
+            "{refused:?}"
+        );
+        store.expect_identity(&identity.id);
+        assert_eq!(
+            store.current("k").await.expect("read"),
+            None,
+            "the refused advance was made"
+        );
+        assert_eq!(
+            store
+                .advance("k", 1, Compare::Monotonic)
+                .await
+                .expect("advance"),
+            Advance::Accepted { previous: None }
+        );
+        assert_eq!(store.current("k").await.expect("read"), Some(1));
+    }
 }

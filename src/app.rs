@@ -8,10 +8,13 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
+use crate::budget::MemoryBudget;
 use crate::config::Config;
+use crate::descriptors;
 use crate::gate::Gates;
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, SharedLimits};
 use crate::metrics::Metrics;
+use crate::proxy::UpstreamSlots;
 use crate::reload::{Reloader, RouteSource};
 use crate::route::{CompiledRoute, RouteError, RouteTable};
 use crate::store::intents::NoIntentStore;
@@ -40,6 +43,10 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot read or raise the open-file limit: {0}")]
+    FileLimit(#[source] std::io::Error),
+    #[error(transparent)]
+    Descriptors(#[from] descriptors::Shortfall),
 }
 
 /// A gateway ready to serve: its store is open and checked, its routes compiled.
@@ -59,6 +66,19 @@ pub struct App {
     admin_listener: Option<TcpListener>,
     /// This gateway's name as a holder of key turns, locked for as long as it runs.
     replica: Option<Replica>,
+    /// The memory budget, upstream slots and body pause every serving thread shares.
+    limits: SharedLimits,
+    /// The open-file limit the caps were checked against (again on each reload).
+    file_limit: u64,
+}
+
+/// Raises the open-file limit, and checks that every cap of `config` fits in it.
+fn check_descriptors(config: &Config, slots: &UpstreamSlots) -> Result<u64, StartError> {
+    let limit = descriptors::raise_to_hard().map_err(StartError::FileLimit)?;
+    let caps = slots.caps_for(&config.routes);
+    descriptors::check(descriptors::Need::of(config, &caps), limit.soft)?;
+    slots.apply(&caps);
+    Ok(limit.soft)
 }
 
 impl App {
@@ -66,6 +86,8 @@ impl App {
     /// against this gateway's adoption record.
     pub async fn build(config: Config) -> Result<App, StartError> {
         let routes = RouteTable::compile(&config.routes).map_err(StartError::Route)?;
+        let slots = Arc::new(UpstreamSlots::new(&config.server));
+        let file_limit = check_descriptors(&config, &slots)?;
         if let Some(admin) = &config.admin {
             admin_token(admin)?;
         }
@@ -76,7 +98,14 @@ impl App {
             })?;
         let opened = store::open(&config.store, &replica.id).await?;
         let gates = Gates::new(opened.turns.clone(), config.store.turn_margin());
-        let mut app = App::assemble(config, routes, opened.fences, Some(opened.intents), gates);
+        let mut app = App::assemble(
+            config,
+            routes,
+            opened.fences,
+            Some(opened.intents),
+            gates,
+            (slots, file_limit),
+        );
         app.replica = Some(replica);
         adoption::check(
             app.backend.as_ref(),
@@ -98,12 +127,15 @@ impl App {
     /// adoption check are skipped; routes with idempotency answer 503).
     pub fn with_store(config: Config, backend: Arc<dyn FenceStore>) -> Result<App, StartError> {
         let routes = RouteTable::compile(&config.routes).map_err(StartError::Route)?;
+        let slots = Arc::new(UpstreamSlots::new(&config.server));
+        let file_limit = check_descriptors(&config, &slots)?;
         Ok(App::assemble(
             config,
             routes,
             backend,
             None,
             Gates::local_only(),
+            (slots, file_limit),
         ))
     }
 
@@ -113,10 +145,20 @@ impl App {
         backend: Arc<dyn FenceStore>,
         intents: Option<Arc<dyn IntentStore>>,
         gates: Gates,
+        (upstream_slots, file_limit): (Arc<UpstreamSlots>, u64),
     ) -> App {
         let cache = Arc::new(MarkCache::new(config.store.cache_capacity()));
         let trust = Arc::new(StoreTrust::default());
         let metrics = Metrics::new();
+        let limits = SharedLimits {
+            budget: MemoryBudget::new(
+                config.server.max_buffered_bytes,
+                config.server.buffer_wait,
+                metrics.buffered_bytes.clone(),
+            ),
+            upstream_slots,
+            body_timeout: config.server.body_timeout,
+        };
         let store = Arc::new(CheckedStore::new(
             Arc::clone(&backend),
             Arc::clone(&cache),
@@ -136,6 +178,8 @@ impl App {
             metrics,
             admin_listener: None,
             replica: None,
+            limits,
+            file_limit,
         }
     }
 
@@ -166,11 +210,18 @@ impl App {
 
     /// The reloader of this gateway's routes (for SIGHUP and the admin endpoint).
     pub fn reloader(&self) -> Arc<Reloader> {
-        Arc::new(Reloader::new(
-            self.config_path.clone(),
-            Arc::clone(&self.routes),
-            Arc::clone(&self.metrics),
-        ))
+        Arc::new(
+            Reloader::new(
+                self.config_path.clone(),
+                Arc::clone(&self.routes),
+                Arc::clone(&self.metrics),
+            )
+            .with_descriptor_check(
+                self.config.clone(),
+                Arc::clone(&self.limits.upstream_slots),
+                self.file_limit,
+            ),
+        )
     }
 
     /// The metrics registry.
@@ -218,11 +269,13 @@ impl App {
             probes_require_token: admin.probes_require_token,
         };
         let router = crate::admin::router(state);
-        Ok(Some(tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
-                tracing::error!(error = %e, "the admin listener failed");
-            }
-        })))
+        Ok(Some(tokio::spawn(crate::server::serve_admin(
+            listener,
+            router,
+            admin.max_connections,
+            crate::server::ConnectionTimeouts::from_config(&self.config.server),
+            Arc::clone(&self.metrics),
+        ))))
     }
 
     /// Binds the configured listen address.
@@ -268,6 +321,7 @@ impl App {
                 self.intents.clone(),
                 self.gates.clone(),
                 Arc::clone(&self.metrics),
+                self.limits.clone(),
             )
         };
         let workers = crate::server::serve(

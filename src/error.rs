@@ -119,8 +119,14 @@ pub enum GatewayError {
     },
     #[error("route {route}: the upstream did not answer within {after:?}")]
     UpstreamTimeout { route: String, after: Duration },
-    #[error("the request body could not be read")]
+    #[error("the request body is malformed or was cut off")]
     ClientBody,
+    #[error("the request body paused for longer than {after:?}")]
+    BodyTimeout { after: Duration },
+    #[error("route {route}: no connection to the upstream was free within {after:?}")]
+    UpstreamBusy { route: String, after: Duration },
+    #[error("route {route}: the gateway's memory for buffered bodies stayed full for {after:?}")]
+    MemoryBusy { route: String, after: Duration },
     #[error("route {route}: the request body is larger than {limit} bytes")]
     BodyTooLarge { route: String, limit: usize },
     #[error("route {route}: the request needs an idempotency key in the {header} header")]
@@ -147,6 +153,8 @@ impl GatewayError {
             | GatewayError::UpstreamTimeout { .. }
             | GatewayError::UpstreamBodyFailed { .. } => Origin::Upstream,
             GatewayError::Internal(_) => Origin::Gateway,
+            // Shedding load (`upstream-busy`, `memory-busy`) is logged like a client's error, at
+            // debug: a flood must not flood the log too. The request counters show it.
             _ => Origin::Client,
         }
     }
@@ -265,8 +273,23 @@ impl GatewayError {
             ),
             GatewayError::ClientBody => (
                 StatusCode::BAD_REQUEST,
-                "invalid-body",
-                "Request body unreadable",
+                "invalid-request-body",
+                "Request body malformed",
+            ),
+            GatewayError::BodyTimeout { .. } => (
+                StatusCode::REQUEST_TIMEOUT,
+                "body-timeout",
+                "Request body too slow",
+            ),
+            GatewayError::UpstreamBusy { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "upstream-busy",
+                "Upstream busy",
+            ),
+            GatewayError::MemoryBusy { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "memory-busy",
+                "Gateway busy",
             ),
             GatewayError::BodyTooLarge { .. } => (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -376,6 +399,13 @@ impl GatewayError {
             | GatewayError::TurnLapsed { route, key } => {
                 problem.route = Some(route.clone());
                 problem.key = Some(key.clone());
+                extra = Some((
+                    header::RETRY_AFTER,
+                    HeaderValue::from_static(STORE_RETRY_AFTER_SECS),
+                ));
+            }
+            GatewayError::UpstreamBusy { route, .. } | GatewayError::MemoryBusy { route, .. } => {
+                problem.route = Some(route.clone());
                 extra = Some((
                     header::RETRY_AFTER,
                     HeaderValue::from_static(STORE_RETRY_AFTER_SECS),

@@ -10,8 +10,11 @@
 //! - [`route`]: the canonical form of a request's path, method spellings and fenced method sets,
 //!   path patterns, resource-key templates and the compiled route table (which reads `;`
 //!   parameters and format suffixes every way an upstream might).
-//! - [`server`]: the listener — HTTP/1.1 and h2c, header and connection limits (a 503 refusal
-//!   over `max_connections`), graceful drain on shutdown.
+//! - [`server`]: the listeners — HTTP/1.1 and h2c, header, stream and connection limits (a 503
+//!   refusal over `max_connections`), a timeout for every connection state, graceful drain on
+//!   shutdown; the admin listener's own cap.
+//! - [`descriptors`]: the open-file limit, raised at start and checked against every cap.
+//! - [`budget`]: the process-wide budget for bodies held in memory (503 `memory-busy`).
 //! - [`request_id`]: `X-Request-Id` — kept from the client when sane, else generated; forwarded,
 //!   returned on every response and logged with every refusal.
 //! - [`gateway`]: the checks of a request's head (method, `Host`), the reserved `/_fencegate/`
@@ -34,7 +37,9 @@
 
 pub mod admin;
 pub mod app;
+pub mod budget;
 pub mod config;
+pub mod descriptors;
 pub mod error;
 pub mod fence;
 pub mod gate;

@@ -33,6 +33,12 @@ pub struct Metrics {
     pub connections_refused: IntCounter,
     /// Client connections open on the data-plane listener.
     pub open_connections: IntGauge,
+    /// Connections (data plane or admin) closed for overstaying a state, by listener and reason.
+    pub connections_closed: IntCounterVec,
+    /// Admin connections answered 503 and closed because `[admin] max_connections` were open.
+    pub admin_connections_refused: IntCounter,
+    /// Bytes of bodies held in memory under `[server] max_buffered_bytes`.
+    pub buffered_bytes: IntGauge,
 }
 
 impl Metrics {
@@ -96,9 +102,32 @@ impl Metrics {
         registry
             .register(Box::new(open_connections.clone()))
             .expect("metric names are distinct");
+        let admin_connections_refused = IntCounter::new(
+            "fencegate_admin_connections_refused_total",
+            "Admin connections refused (503, closed) because admin.max_connections were open.",
+        )
+        .expect("valid counter definition");
+        registry
+            .register(Box::new(admin_connections_refused.clone()))
+            .expect("metric names are distinct");
+        let buffered_bytes = IntGauge::new(
+            "fencegate_buffered_body_bytes",
+            "Bytes of request and response bodies held in memory (server.max_buffered_bytes).",
+        )
+        .expect("valid gauge definition");
+        registry
+            .register(Box::new(buffered_bytes.clone()))
+            .expect("metric names are distinct");
         Arc::new(Metrics {
             connections_refused,
             open_connections,
+            admin_connections_refused,
+            buffered_bytes,
+            connections_closed: counter(
+                "fencegate_connections_closed_total",
+                "Connections closed for overstaying a state (silent, idle, slow-head, not-reading), by listener.",
+                &["listener", "reason"],
+            ),
             requests: counter(
                 "fencegate_requests_total",
                 "Requests answered, per route and outcome (forwarded, replayed, refused, failed).",

@@ -5,8 +5,10 @@
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use crate::config::load_file;
+use crate::config::{load_file, Config};
+use crate::descriptors;
 use crate::metrics::Metrics;
+use crate::proxy::UpstreamSlots;
 use crate::route::RouteTable;
 
 /// The route table new requests are matched against.
@@ -50,6 +52,15 @@ pub struct Reloader {
     path: Option<PathBuf>,
     routes: Arc<RouteSource>,
     metrics: Arc<Metrics>,
+    capacity: Option<Capacity>,
+}
+
+/// What a reload's upstream caps are checked against: the running configuration (whose
+/// `[server]`, `[admin]` and `[store]` stay in force), its upstream slots and the open-file limit.
+struct Capacity {
+    running: Config,
+    slots: Arc<UpstreamSlots>,
+    file_limit: u64,
 }
 
 impl Reloader {
@@ -58,7 +69,24 @@ impl Reloader {
             path,
             routes,
             metrics,
+            capacity: None,
         }
+    }
+
+    /// Reloaded routes' upstream caps must fit `file_limit` beside the running caps, and are put
+    /// in force on `slots`.
+    pub fn with_descriptor_check(
+        mut self,
+        running: Config,
+        slots: Arc<UpstreamSlots>,
+        file_limit: u64,
+    ) -> Reloader {
+        self.capacity = Some(Capacity {
+            running,
+            slots,
+            file_limit,
+        });
+        self
     }
 
     /// Reloads; `Err` says why the old routes stay in force.
@@ -83,6 +111,14 @@ impl Reloader {
         let config = load_file(path).map_err(|e| e.to_string())?;
         let table = RouteTable::compile(&config.routes)
             .map_err(|e| format!("route {}: field `{}`: {}", e.route, e.field, e.message))?;
+        if let Some(capacity) = &self.capacity {
+            let caps = capacity.slots.caps_for(&config.routes);
+            let mut running = capacity.running.clone();
+            running.routes = config.routes.clone();
+            descriptors::check(descriptors::Need::of(&running, &caps), capacity.file_limit)
+                .map_err(|e| e.to_string())?;
+            capacity.slots.apply(&caps);
+        }
         let routes = config.routes.len();
         self.routes.replace(table);
         Ok(ReloadReport { routes })

@@ -1,12 +1,21 @@
 //! The data-plane listener: accepts connections up to `max_connections` (refusing the rest with a
-//! 503), speaks HTTP/1.1 and HTTP/2 (h2c with prior knowledge) on each within the header limits,
-//! marks HTTP/1 requests framed by both `Content-Length` and `Transfer-Encoding` for refusal, and
-//! on shutdown stops accepting and drains in-flight requests.
+//! 503), speaks HTTP/1.1 and HTTP/2 (h2c with prior knowledge) on each within the header and
+//! stream limits and the connection timeouts, marks HTTP/1 requests framed by both
+//! `Content-Length` and `Transfer-Encoding` for refusal, and on shutdown stops accepting and
+//! drains in-flight requests.
 
+mod activity;
+mod admin_listener;
+mod clock;
+mod connection;
 mod framing;
 mod refusal;
+mod tracked;
 mod watched_stream;
 mod workers;
+
+pub use admin_listener::serve_admin;
+pub use clock::{ConnectionTimeouts, Expiry};
 
 pub use watched_stream::AmbiguousFraming;
 
@@ -30,12 +39,19 @@ use crate::gateway::Gateway;
 use crate::metrics::Metrics;
 use crate::proxy::ClientAddr;
 
+use activity::ConnectionActivity;
+use tracked::Tracked;
 use watched_stream::{FramingWatch, WatchedStream};
 pub use workers::Workers;
 
-/// How long a client may take to send a request head before its connection is closed
-/// (bounds slowloris-style connections).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// HTTP/2 flow-control windows offered to clients (hyper's defaults, set here so that the
+/// memory a connection can make the gateway hold is stated in one place, docs/security.md):
+/// request data received but not yet read is at most the connection window per connection.
+const HTTP2_CONNECTION_WINDOW: u32 = 1024 * 1024;
+const HTTP2_STREAM_WINDOW: u32 = 1024 * 1024;
+/// Response data queued per HTTP/2 stream for a client whose window is full (hyper's default is
+/// 400 KiB).
+const HTTP2_MAX_SEND_BUFFER: usize = 64 * 1024;
 /// Refusals being written at once; past this a connection over the limit is closed unanswered,
 /// so a connection flood cannot make the refusals themselves pile up.
 const MAX_CONCURRENT_REFUSALS: usize = 64;
@@ -50,6 +66,8 @@ pub struct ServerLimits {
     pub max_connections: usize,
     pub max_header_bytes: usize,
     pub max_headers: usize,
+    pub max_concurrent_streams: u32,
+    pub timeouts: ConnectionTimeouts,
     pub workers: usize,
 }
 
@@ -59,9 +77,17 @@ impl ServerLimits {
             max_connections: server.max_connections,
             max_header_bytes: server.max_header_bytes,
             max_headers: server.max_headers,
+            max_concurrent_streams: server.max_concurrent_streams,
+            timeouts: ConnectionTimeouts::from_config(server),
             workers: server.worker_count(),
         }
     }
+}
+
+/// hyper's own HTTP/1 head timer starts when it begins waiting for a head, which on a kept-alive
+/// connection is the end of the last response: a backstop behind the connection's clock.
+fn hyper_head_timeout(timeouts: &ConnectionTimeouts) -> Duration {
+    timeouts.idle + timeouts.head
 }
 
 /// Serves on `listener` until `shutdown` resolves, then drains for at most `grace`. Accepts here;
@@ -87,7 +113,7 @@ pub async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(hyper_head_timeout(&limits.timeouts))
         .max_buf_size(limits.max_header_bytes);
     // hyper's own limit is 100 header fields, parsed into arrays on the stack. Any explicit limit,
     // even 100, makes it fill two heap vectors of that many slots for every request head (5 % of
@@ -98,6 +124,10 @@ pub async fn serve(
     builder
         .http2()
         .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
+        .initial_stream_window_size(HTTP2_STREAM_WINDOW)
+        .max_send_buf_size(HTTP2_MAX_SEND_BUFFER)
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     let refusals = Arc::new(Semaphore::new(MAX_CONCURRENT_REFUSALS));
@@ -143,7 +173,13 @@ pub async fn serve(
                 };
                 let client = ClientAddr::new(peer);
                 let watch = Arc::new(FramingWatch::default());
-                let stream = WatchedStream::new(stream, limits.max_header_bytes, Arc::clone(&watch));
+                let activity = Arc::new(ConnectionActivity::new());
+                let stream = WatchedStream::new(
+                    stream,
+                    limits.max_header_bytes,
+                    Arc::clone(&watch),
+                    Arc::clone(&activity),
+                );
                 let service = worker.gateway.clone().map_request(move |mut request: Request<Incoming>| {
                     request.extensions_mut().insert(client.clone());
                     if request.version() <= http::Version::HTTP_11
@@ -153,13 +189,20 @@ pub async fn serve(
                     }
                     request
                 });
+                let service = Tracked::new(service, Arc::clone(&activity));
                 let connection = builder
                     .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
                     .into_owned();
                 let watched = graceful.watch(connection);
+                let closed = metrics.connections_closed.clone();
+                let timeouts = limits.timeouts;
                 worker.runtime.spawn(async move {
-                    if let Err(e) = watched.await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    match connection::drive(watched, activity, timeouts, &closed, "data").await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "connection ended with an error");
+                        }
+                        Err(expiry) => tracing::debug!(%peer, ?expiry, "connection closed"),
                     }
                     drop(open);
                 });

@@ -136,6 +136,68 @@ fn validate_server(config: &Config, origin: &Path) -> Result<(), ConfigError> {
     if server.max_headers == 0 {
         return Err(server_error("max_headers", "must be at least 1".to_owned()));
     }
+    let timeouts = [
+        ("first_byte_timeout", server.first_byte_timeout),
+        ("idle_timeout", server.idle_timeout),
+        ("head_timeout", server.head_timeout),
+        ("body_timeout", server.body_timeout),
+        ("write_timeout", server.write_timeout),
+    ];
+    for (field, timeout) in timeouts {
+        if timeout.is_zero() {
+            return Err(server_error(field, "must be longer than 0s".to_owned()));
+        }
+    }
+    if server.max_concurrent_streams == 0 {
+        return Err(server_error(
+            "max_concurrent_streams",
+            "must be at least 1".to_owned(),
+        ));
+    }
+    if server.max_upstream_connections == 0 {
+        return Err(server_error(
+            "max_upstream_connections",
+            "must be at least 1".to_owned(),
+        ));
+    }
+    if config
+        .admin
+        .as_ref()
+        .is_some_and(|a| a.max_connections == 0)
+    {
+        return Err(ConfigError::Invalid {
+            file: origin.to_owned(),
+            route: None,
+            field: "admin.max_connections".to_owned(),
+            message: "must be at least 1".to_owned(),
+        });
+    }
+    for route in &config.routes {
+        let route_error = |field: &str, message: String| ConfigError::Invalid {
+            file: origin.to_owned(),
+            route: Some(route.name.clone()),
+            field: field.to_owned(),
+            message,
+        };
+        if route.max_upstream_connections == Some(0) {
+            return Err(route_error(
+                "max_upstream_connections",
+                "must be at least 1".to_owned(),
+            ));
+        }
+        // A body the budget can never hold would be refused 503 every time.
+        if let Some(idempotency) = &route.idempotency {
+            if idempotency.max_request_body > server.max_buffered_bytes {
+                return Err(route_error(
+                    "idempotency.max_request_body",
+                    format!(
+                        "is larger than [server] max_buffered_bytes ({} bytes): such a body could never be buffered",
+                        server.max_buffered_bytes
+                    ),
+                ));
+            }
+        }
+    }
     Ok(())
 }
 

@@ -79,6 +79,32 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
 pub const MIN_MAX_HEADER_BYTES: usize = 8 * 1024;
 /// Most header fields in one HTTP/1.1 request; 431 above (hyper's own default).
 pub const DEFAULT_MAX_HEADERS: usize = 100;
+/// How long a new connection may stay silent (not one byte) before it is closed.
+pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a kept-alive HTTP/1.1 connection may wait between requests, and an HTTP/2 connection
+/// stay without an open stream, before it is closed.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a request head (or the HTTP/2 preface) may take from its first byte to its end.
+pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest pause between two pieces of a client's request body (408 after it).
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a response may wait for a client that does not read it before the connection closes.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// HTTP/2 streams one client connection may have open at once.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 100;
+/// Open connections to one upstream (host and port), for the whole process.
+pub const DEFAULT_MAX_UPSTREAM_CONNECTIONS: usize = 256;
+/// How long a request waits for a free upstream connection before 503 `upstream-busy`.
+pub const DEFAULT_UPSTREAM_CONNECTION_WAIT: Duration = Duration::from_secs(1);
+/// The process-wide budget for bodies the gateway holds in memory.
+pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 256 * 1024 * 1024;
+/// How long a request waits for room in that budget before 503 `memory-busy`.
+pub const DEFAULT_BUFFER_WAIT: Duration = Duration::from_secs(1);
+/// Admin connections served at once.
+pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
+/// How much of a serialized write's response is read ahead so that its key's turn can end when
+/// the upstream is done, whatever the client does.
+pub const DEFAULT_RESPONSE_READ_AHEAD: usize = 1024 * 1024;
 
 /// A whole configuration file.
 #[derive(Debug, Clone, Deserialize)]
@@ -108,6 +134,10 @@ pub struct AdminConfig {
     /// Require the token on `/metrics`, `/healthz` and `/readyz` too.
     #[serde(default)]
     pub probes_require_token: bool,
+    /// Admin connections served at once; more are answered 503 and closed. The `[server]`
+    /// connection timeouts apply here too.
+    #[serde(default = "default_admin_max_connections")]
+    pub max_connections: usize,
 }
 
 /// `[server]`: the data-plane listener.
@@ -141,6 +171,39 @@ pub struct ServerConfig {
     /// connection pool; 0: one per core.
     #[serde(default)]
     pub workers: usize,
+    /// A new connection that sends nothing at all for this long is closed.
+    #[serde(default = "default_first_byte_timeout", with = "duration")]
+    pub first_byte_timeout: Duration,
+    /// A kept-alive HTTP/1.1 connection between requests, or an HTTP/2 connection with no open
+    /// stream (pings and settings do not count), is closed after this long.
+    #[serde(default = "default_idle_timeout", with = "duration")]
+    pub idle_timeout: Duration,
+    /// Longest time from the first byte of a request head (or the HTTP/2 preface) to its end.
+    #[serde(default = "default_head_timeout", with = "duration")]
+    pub head_timeout: Duration,
+    /// Longest pause between two pieces of a client's request body; 408 after it.
+    #[serde(default = "default_body_timeout", with = "duration")]
+    pub body_timeout: Duration,
+    /// A response the client makes no progress reading for this long closes its connection.
+    #[serde(default = "default_write_timeout", with = "duration")]
+    pub write_timeout: Duration,
+    /// HTTP/2 streams one client connection may have open at once.
+    #[serde(default = "default_max_concurrent_streams")]
+    pub max_concurrent_streams: u32,
+    /// Open connections to one upstream (host and port), for the whole process; a route may set
+    /// a smaller cap of its own.
+    #[serde(default = "default_max_upstream_connections")]
+    pub max_upstream_connections: usize,
+    /// How long a request waits for a free upstream connection before 503 `upstream-busy`.
+    #[serde(default = "default_upstream_connection_wait", with = "duration")]
+    pub upstream_connection_wait: Duration,
+    /// The process-wide budget for bodies held in memory: idempotent routes' request bodies,
+    /// captured responses, serialized responses read ahead.
+    #[serde(default = "default_max_buffered_bytes", with = "byte_size")]
+    pub max_buffered_bytes: usize,
+    /// How long a request waits for room in that budget before 503 `memory-busy`.
+    #[serde(default = "default_buffer_wait", with = "duration")]
+    pub buffer_wait: Duration,
 }
 
 impl ServerConfig {
@@ -316,6 +379,10 @@ pub struct RouteConfig {
     /// Largest request body forwarded; 413 above (at once when `Content-Length` says so).
     #[serde(default = "default_max_body", with = "byte_size")]
     pub max_body: usize,
+    /// Open connections to this route's upstream; the smallest of `[server]`'s and those of the
+    /// routes naming the same host and port applies.
+    #[serde(default)]
+    pub max_upstream_connections: Option<usize>,
     #[serde(default)]
     pub fence: FenceConfig,
     /// Idempotency keys and intent records for a provider that cannot be fenced.
@@ -395,6 +462,10 @@ pub struct FenceConfig {
     /// The header carrying the signature (lower-case hex HMAC-SHA256 of `key\ntoken`).
     #[serde(default = "default_signature_header")]
     pub signature_header: String,
+    /// With `ordering = "serialize"`: this much of the upstream's response is read ahead, so that
+    /// when all of it fits the key's turn ends once the upstream is done.
+    #[serde(default = "default_response_read_ahead", with = "byte_size")]
+    pub response_read_ahead: usize,
 }
 
 impl Default for FenceConfig {
@@ -410,6 +481,7 @@ impl Default for FenceConfig {
             max_advance: None,
             signature_secret_env: None,
             signature_header: default_signature_header(),
+            response_read_ahead: DEFAULT_RESPONSE_READ_AHEAD,
         }
     }
 }
@@ -572,4 +644,40 @@ fn default_turn_margin() -> Duration {
 }
 fn default_redis_key_prefix() -> String {
     DEFAULT_REDIS_KEY_PREFIX.to_owned()
+}
+fn default_first_byte_timeout() -> Duration {
+    DEFAULT_FIRST_BYTE_TIMEOUT
+}
+fn default_idle_timeout() -> Duration {
+    DEFAULT_IDLE_TIMEOUT
+}
+fn default_head_timeout() -> Duration {
+    DEFAULT_HEAD_TIMEOUT
+}
+fn default_body_timeout() -> Duration {
+    DEFAULT_BODY_TIMEOUT
+}
+fn default_write_timeout() -> Duration {
+    DEFAULT_WRITE_TIMEOUT
+}
+fn default_max_concurrent_streams() -> u32 {
+    DEFAULT_MAX_CONCURRENT_STREAMS
+}
+fn default_max_upstream_connections() -> usize {
+    DEFAULT_MAX_UPSTREAM_CONNECTIONS
+}
+fn default_upstream_connection_wait() -> Duration {
+    DEFAULT_UPSTREAM_CONNECTION_WAIT
+}
+fn default_max_buffered_bytes() -> usize {
+    DEFAULT_MAX_BUFFERED_BYTES
+}
+fn default_buffer_wait() -> Duration {
+    DEFAULT_BUFFER_WAIT
+}
+fn default_admin_max_connections() -> usize {
+    DEFAULT_ADMIN_MAX_CONNECTIONS
+}
+fn default_response_read_ahead() -> usize {
+    DEFAULT_RESPONSE_READ_AHEAD
 }

@@ -13,7 +13,9 @@ use http::{Request, Response};
 use http_body_util::BodyExt as _;
 use tower::{Layer, Service};
 
+use super::read_ahead::{read_ahead, ReadAhead};
 use super::{Busy, GatedBody, Gates, LocalPass, SharedGate, SharedGateError, SharedPass};
+use crate::budget::MemoryBudget;
 use crate::config::Ordering;
 use crate::error::GatewayError;
 use crate::fence::{judge_advance, Admitted, DeferredAdvance};
@@ -27,14 +29,22 @@ pub struct GateLayer {
     gates: Gates,
     store: Arc<dyn FenceStore>,
     metrics: Arc<Metrics>,
+    budget: MemoryBudget,
 }
 
 impl GateLayer {
-    pub fn new(gates: Gates, store: Arc<dyn FenceStore>, metrics: Arc<Metrics>) -> GateLayer {
+    /// Responses read ahead are held under `budget`.
+    pub fn new(
+        gates: Gates,
+        store: Arc<dyn FenceStore>,
+        metrics: Arc<Metrics>,
+        budget: MemoryBudget,
+    ) -> GateLayer {
         GateLayer {
             gates,
             store,
             metrics,
+            budget,
         }
     }
 }
@@ -47,6 +57,7 @@ impl<S> Layer<S> for GateLayer {
             gates: self.gates.clone(),
             store: Arc::clone(&self.store),
             metrics: Arc::clone(&self.metrics),
+            budget: self.budget.clone(),
             inner,
         }
     }
@@ -57,6 +68,7 @@ pub struct Gate<S> {
     gates: Gates,
     store: Arc<dyn FenceStore>,
     metrics: Arc<Metrics>,
+    budget: MemoryBudget,
     inner: S,
 }
 
@@ -64,6 +76,9 @@ pub struct Gate<S> {
 /// store read, and the time to tear the upstream connection down. A turn is leased for this plus
 /// the store's `turn_margin`, and the forward is cut at its end if the lease was not renewed.
 const TEARDOWN: Duration = Duration::from_secs(1);
+/// A read-ahead under a cross-replica turn stops this long before the turn's deadline, so the
+/// keeper can still renew it for the body that streams on.
+const READ_AHEAD_SLACK: Duration = Duration::from_secs(1);
 
 fn turn_hold(route: &CompiledRoute) -> Duration {
     route.timeout + route.fence.store_timeout + TEARDOWN
@@ -112,6 +127,7 @@ where
         let gates = self.gates.clone();
         let store = Arc::clone(&self.store);
         let metrics = Arc::clone(&self.metrics);
+        let budget = self.budget.clone();
         Box::pin(async move {
             let waiting = std::time::Instant::now();
             let entered = match admission {
@@ -142,7 +158,20 @@ where
             // (and with it its connection) has been dropped.
             let Some(deadline) = passes.shared.as_ref().map(SharedPass::deadline) else {
                 let response = inner.call(request).await?;
-                return Ok(response.map(|body| GatedBody::new(body, passes).boxed()));
+                let until = tokio::time::Instant::now() + route.timeout;
+                let (head, body) = response.into_parts();
+                return match read_ahead(body, route.fence.response_read_ahead, &budget, until).await
+                {
+                    // The upstream is done: the key's turn ends here, whatever the client does.
+                    Ok(ReadAhead::Whole(body)) => Ok(Response::from_parts(head, body)),
+                    Ok(ReadAhead::Partial(body)) => Ok(Response::from_parts(
+                        head,
+                        GatedBody::new(body, passes).boxed(),
+                    )),
+                    Err(_) => Err(GatewayError::UpstreamBodyFailed {
+                        route: route.name.clone(),
+                    }),
+                };
             };
             let response = tokio::time::timeout_at(deadline, inner.call(request))
                 .await
@@ -150,11 +179,29 @@ where
                     route: route.name.clone(),
                     key,
                 })??;
+            let until = passes
+                .shared
+                .as_ref()
+                .map_or(deadline, SharedPass::deadline)
+                .checked_sub(READ_AHEAD_SLACK)
+                .unwrap_or(deadline);
+            let (head, body) = response.into_parts();
+            let body = match read_ahead(body, route.fence.response_read_ahead, &budget, until).await
+            {
+                Ok(ReadAhead::Whole(body)) => return Ok(Response::from_parts(head, body)),
+                Ok(ReadAhead::Partial(body)) => body,
+                Err(_) => {
+                    return Err(GatewayError::UpstreamBodyFailed {
+                        route: route.name.clone(),
+                    })
+                }
+            };
             let watch = passes.shared.as_ref().map(SharedPass::watch);
-            Ok(response.map(|body| match watch {
+            let body = match watch {
                 Some(watch) => GatedBody::watched(body, watch, passes).boxed(),
                 None => GatedBody::new(body, passes).boxed(),
-            }))
+            };
+            Ok(Response::from_parts(head, body))
         })
     }
 }

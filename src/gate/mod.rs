@@ -1,11 +1,13 @@
 //! Serialized generations (I4): at most one forwarded write per resource key in flight to the
 //! upstream, in admission order. `local.rs` orders one process; `shared.rs` extends the order
 //! across replicas through key turns leased in the store; `layer.rs` puts the gate on the request
-//! path and `body.rs` holds it until the upstream's response has been streamed.
+//! path, `read_ahead.rs` ends a turn once the upstream is done, and `body.rs` holds it while a
+//! response too long to read ahead is streamed.
 
 mod body;
 mod layer;
 mod local;
+mod read_ahead;
 mod shared;
 
 pub use body::GatedBody;

@@ -15,12 +15,14 @@ pub use routing::{Routing, RoutingLayer};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use tower::{Service, ServiceBuilder};
 
+use crate::budget::MemoryBudget;
 use crate::error::GatewayError;
 use crate::fence::{Fence, FenceLayer};
 use crate::gate::{Gate, GateLayer, Gates};
@@ -28,6 +30,7 @@ use crate::idempotency::{Idempotency, IdempotencyLayer, IntentBackend};
 use crate::metrics::Metrics;
 use crate::proxy::{
     strip_hop_by_hop_headers, strip_path_override_headers, Proxy, ProxyBody, RequestBody,
+    UpstreamSlots,
 };
 use crate::reload::RouteSource;
 use crate::request_id::{assign_request_id, stamp_request_id};
@@ -38,11 +41,21 @@ use crate::store::{FenceStore, IntentStore};
 
 type RoutedStack = Routing<Fence<Idempotency<Gate<Proxy>>>>;
 
+/// What the gateways of all serving threads share besides routes, store and gates: the budget
+/// for buffered bodies, the upstream connection slots, and how long a client's body may pause.
+#[derive(Clone)]
+pub struct SharedLimits {
+    pub budget: MemoryBudget,
+    pub upstream_slots: Arc<UpstreamSlots>,
+    pub body_timeout: Duration,
+}
+
 /// The whole data plane as one cloneable service.
 #[derive(Clone)]
 pub struct Gateway {
     claim: Claim,
     routed: RoutedStack,
+    body_timeout: Duration,
 }
 
 impl Gateway {
@@ -52,6 +65,7 @@ impl Gateway {
         intents: Option<Arc<dyn IntentStore>>,
         gates: Gates,
         metrics: Arc<Metrics>,
+        limits: SharedLimits,
     ) -> Gateway {
         // `intents`, when given, are the fence store's own backend: one store round may then
         // carry a write's advance and its intent. Without them, idempotent routes answer 503.
@@ -68,19 +82,21 @@ impl Gateway {
             .layer(FenceLayer::new(Arc::clone(&store), gates.shared.is_some()))
             // After the fence (a superseded holder is refused before any replay) and before the
             // gate (a duplicate in flight is answered 409 at once instead of queueing).
-            .layer(IdempotencyLayer::new(intents))
+            .layer(IdempotencyLayer::new(intents, limits.budget.clone()))
             // After admission, before forwarding: one write per key in flight, in admission
             // order, re-checked against newer admissions when its turn comes (I4).
             .layer(GateLayer::new(
                 gates.clone(),
                 Arc::clone(&store),
                 Arc::clone(&metrics),
+                limits.budget,
             ))
             // Last: forward what passed.
-            .service(Proxy::new(Arc::clone(&metrics)));
+            .service(Proxy::new(Arc::clone(&metrics), limits.upstream_slots));
         Gateway {
             claim: Claim::new(store, routes, gates),
             routed,
+            body_timeout: limits.body_timeout,
         }
     }
 }
@@ -150,7 +166,10 @@ impl Service<Request<Incoming>> for Gateway {
                 Ok(stamp_request_id(response, &request_id))
             });
         }
-        let answer = self.routed.call(request.map(RequestBody::streamed));
+        let body_timeout = self.body_timeout;
+        let answer = self
+            .routed
+            .call(request.map(|body| RequestBody::streamed(body, body_timeout)));
         Box::pin(async move {
             let response = answer
                 .await

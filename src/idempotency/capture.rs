@@ -3,25 +3,57 @@
 //! the client sees it — a client that retries right after its answer then finds it recorded.
 
 use bytes::{Bytes, BytesMut};
-use http_body::{Body, Frame, SizeHint};
+use http_body::Body as _;
 use http_body_util::BodyExt as _;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
+use crate::budget::{MemoryBudget, MemoryBusy, Reservation};
 use crate::proxy::{BoxError, ProxyBody, RequestBody};
 
-/// Reads `body` whole; `Ok(None)` when it is longer than `limit`.
-pub async fn read_request(mut body: RequestBody, limit: usize) -> Result<Option<Bytes>, BoxError> {
+/// Why a request body could not be read whole.
+#[derive(Debug)]
+pub enum ReadFailure {
+    /// The body itself failed (the client's framing, a pause, the route's `max_body`).
+    Body(BoxError),
+    /// No room in the buffered-body budget.
+    Busy(MemoryBusy),
+}
+
+/// Reads `body` whole, its bytes reserved in `budget` as they arrive (all at once when the
+/// length is known); `Ok(None)` when it is longer than `limit`.
+pub async fn read_request(
+    mut body: RequestBody,
+    limit: usize,
+    budget: &MemoryBudget,
+) -> Result<Option<(Bytes, Reservation)>, ReadFailure> {
+    let mut reservation = budget.empty();
+    let hint = body.size_hint();
+    if let Some(exact) = hint.exact() {
+        let Ok(exact) = usize::try_from(exact) else {
+            return Ok(None);
+        };
+        if exact > limit {
+            return Ok(None);
+        }
+        budget
+            .grow(&mut reservation, exact)
+            .await
+            .map_err(ReadFailure::Busy)?;
+    }
     let mut buffer = BytesMut::new();
     while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame?.into_data() {
+        if let Ok(data) = frame.map_err(ReadFailure::Body)?.into_data() {
             if buffer.len() + data.len() > limit {
                 return Ok(None);
             }
+            let unreserved = (buffer.len() + data.len()).saturating_sub(reservation.bytes());
+            budget
+                .grow(&mut reservation, unreserved)
+                .await
+                .map_err(ReadFailure::Busy)?;
             buffer.extend_from_slice(&data);
         }
     }
-    Ok(Some(buffer.freeze()))
+    Ok(Some((buffer.freeze(), reservation)))
 }
 
 /// The start of a response body: all of it when it fits in `limit`, else the bytes read so far
@@ -31,12 +63,21 @@ pub enum Prefix {
     Longer { read: Bytes, rest: ProxyBody },
 }
 
-pub async fn read_prefix(mut body: ProxyBody, limit: usize) -> Result<Prefix, BoxError> {
+/// Reads the start of `body`, each byte kept reserved in `reservation`; a frame the budget has
+/// no room for ends the capture as if the body were longer than `limit` (it is then answered,
+/// but not stored).
+pub async fn read_prefix(
+    mut body: ProxyBody,
+    limit: usize,
+    budget: &MemoryBudget,
+    reservation: &mut Reservation,
+) -> Result<Prefix, BoxError> {
     let mut buffer = BytesMut::new();
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame?.into_data() {
+            let room = budget.try_grow(reservation, data.len());
             buffer.extend_from_slice(&data);
-            if buffer.len() > limit {
+            if buffer.len() > limit || !room {
                 return Ok(Prefix::Longer {
                     read: buffer.freeze(),
                     rest: body,
@@ -45,51 +86,4 @@ pub async fn read_prefix(mut body: ProxyBody, limit: usize) -> Result<Prefix, Bo
         }
     }
     Ok(Prefix::Whole(buffer.freeze()))
-}
-
-/// A body that yields `first`, then streams `rest`.
-pub struct Prefixed {
-    first: Option<Bytes>,
-    rest: ProxyBody,
-}
-
-impl Prefixed {
-    pub fn new(first: Bytes, rest: ProxyBody) -> Prefixed {
-        Prefixed {
-            first: Some(first),
-            rest,
-        }
-    }
-}
-
-impl Body for Prefixed {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        if let Some(first) = this.first.take() {
-            return Poll::Ready(Some(Ok(Frame::data(first))));
-        }
-        Pin::new(&mut this.rest).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.first.is_none() && self.rest.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        let mut hint = self.rest.size_hint();
-        if let Some(first) = &self.first {
-            let extra = first.len() as u64;
-            hint.set_lower(hint.lower() + extra);
-            if let Some(upper) = hint.upper() {
-                hint.set_upper(upper + extra);
-            }
-        }
-        hint
-    }
 }

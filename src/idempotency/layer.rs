@@ -11,12 +11,13 @@ use http_body_util::BodyExt as _;
 use tower::{Layer, Service};
 
 use super::admission::{advance_and_begin, IntentBackend};
-use super::capture::{read_prefix, read_request, Prefix, Prefixed};
+use super::capture::{read_prefix, read_request, Prefix, ReadFailure};
 use super::{fingerprint, idempotency_key, now_ms, IdempotencySettings};
+use crate::budget::{Budgeted, MemoryBudget};
 use crate::config::ClientKey;
 use crate::error::GatewayError;
 use crate::fence::{Admitted, DeferredAdvance};
-use crate::proxy::{full_body, ProxyBody, ProxyFuture, RequestBody, StackService};
+use crate::proxy::{full_body, Prefixed, ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::store::{BeginRequest, Begun, StoreError, StoredOutcome};
 
@@ -29,11 +30,13 @@ const ATTEMPT_LEASE_MARGIN: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct IdempotencyLayer {
     backend: IntentBackend,
+    budget: MemoryBudget,
 }
 
 impl IdempotencyLayer {
-    pub fn new(backend: IntentBackend) -> IdempotencyLayer {
-        IdempotencyLayer { backend }
+    /// Bodies read whole, and responses captured, are held under `budget`.
+    pub fn new(backend: IntentBackend, budget: MemoryBudget) -> IdempotencyLayer {
+        IdempotencyLayer { backend, budget }
     }
 }
 
@@ -43,6 +46,7 @@ impl<S> Layer<S> for IdempotencyLayer {
     fn layer(&self, inner: S) -> Idempotency<S> {
         Idempotency {
             backend: self.backend.clone(),
+            budget: self.budget.clone(),
             inner,
         }
     }
@@ -51,6 +55,7 @@ impl<S> Layer<S> for IdempotencyLayer {
 #[derive(Clone)]
 pub struct Idempotency<S> {
     backend: IntentBackend,
+    budget: MemoryBudget,
     inner: S,
 }
 
@@ -80,23 +85,23 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let backend = self.backend.clone();
-        Box::pin(
-            async move { call_once(request, &routed.route, &routed, &backend, &mut inner).await },
-        )
+        let budget = self.budget.clone();
+        Box::pin(async move { call_once(request, &routed, &backend, &budget, &mut inner).await })
     }
 }
 
 /// The flow for one request on an idempotent route.
 async fn call_once<S>(
     request: Request<RequestBody>,
-    route: &CompiledRoute,
     routed: &RouteMatch,
     backend: &IntentBackend,
+    budget: &MemoryBudget,
     inner: &mut S,
 ) -> Result<Response<ProxyBody>, GatewayError>
 where
     S: Service<Request<RequestBody>, Response = Response<ProxyBody>, Error = GatewayError>,
 {
+    let route = routed.route.as_ref();
     let Some(settings) = &route.idempotency else {
         return inner.call(request).await;
     };
@@ -106,18 +111,23 @@ where
     let record_key = format!("{}/{sent_key}", route.name);
     let fence = fenced(request.extensions()).map_or(0, |(_, token)| token);
     let (mut parts, body) = request.into_parts();
-    let body = read_request(body, settings.max_request_body)
+    let (body, request_held) = read_request(body, settings.max_request_body, budget)
         .await
-        .map_err(|e| {
+        .map_err(|failure| match failure {
             // Past the route's `max_body` (counted by the body itself): 413, not 400.
-            if crate::proxy::is_body_limit_exceeded(e.as_ref()) {
+            ReadFailure::Body(e) if crate::proxy::is_body_limit_exceeded(e.as_ref()) => {
                 GatewayError::BodyTooLarge {
                     route: route.name.clone(),
                     limit: route.max_body,
                 }
-            } else {
-                GatewayError::ClientBody
             }
+            ReadFailure::Body(e) => {
+                crate::proxy::client_body_fault(e.as_ref()).unwrap_or(GatewayError::ClientBody)
+            }
+            ReadFailure::Busy(busy) => GatewayError::MemoryBusy {
+                route: route.name.clone(),
+                after: busy.wait,
+            },
         })?
         .ok_or(GatewayError::BodyTooLarge {
             route: route.name.clone(),
@@ -196,10 +206,21 @@ where
         }
     };
     let (head, body) = response.into_parts();
-    let prefix = read_prefix(body, settings.max_stored_body).await;
+    // The request's bytes were sent; the capture is held under the budget from here on.
+    drop(request_held);
+    let mut held = budget.empty();
+    let prefix = read_prefix(body, settings.max_stored_body, budget, &mut held).await;
     let (stored_body, complete, reply_body) = match prefix {
-        Ok(Prefix::Whole(bytes)) => (bytes.to_vec(), true, full_body(bytes)),
-        Ok(Prefix::Longer { read, rest }) => (Vec::new(), false, Prefixed::new(read, rest).boxed()),
+        Ok(Prefix::Whole(bytes)) => (
+            bytes.to_vec(),
+            true,
+            Budgeted::new(full_body(bytes), held).boxed(),
+        ),
+        Ok(Prefix::Longer { read, rest }) => (
+            Vec::new(),
+            false,
+            Budgeted::new(Prefixed::new(read, rest), held).boxed(),
+        ),
         Err(_) => {
             let _ = intents.abandon(&record_key, &attempt, now_ms()).await;
             return Err(GatewayError::UpstreamBodyFailed {

@@ -63,9 +63,9 @@ pub struct BodyLimitExceeded {
 }
 
 impl RequestBody {
-    /// The client's body, streamed.
-    pub fn streamed(incoming: hyper::body::Incoming) -> RequestBody {
-        RequestBody::unlimited(incoming.map_err(|e| -> BoxError { Box::new(e) }).boxed())
+    /// The client's body, streamed; failing if it pauses for longer than `pause`.
+    pub fn streamed(incoming: hyper::body::Incoming, pause: std::time::Duration) -> RequestBody {
+        RequestBody::unlimited(super::client_stream::ClientStream::new(incoming, pause).boxed())
     }
 
     /// A body already in memory.

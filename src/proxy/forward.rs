@@ -11,6 +11,8 @@ use http::{header, HeaderValue, Request, Response, Version};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
+
+use super::upstream_slots::{upstream_busy, CappedConnector, UpstreamSlots};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::Service;
 
@@ -47,10 +49,10 @@ impl ClientAddr {
 }
 
 /// The pooled HTTP/1.1 client shared by every route.
-pub type UpstreamClient = Client<HttpConnector, RequestBody>;
+pub type UpstreamClient = Client<CappedConnector, RequestBody>;
 
-/// Builds the shared upstream client.
-pub fn upstream_client() -> UpstreamClient {
+/// Builds the shared upstream client; it opens connections only with a slot from `slots`.
+pub fn upstream_client(slots: Arc<UpstreamSlots>) -> UpstreamClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(UPSTREAM_CONNECT_TIMEOUT));
@@ -58,7 +60,7 @@ pub fn upstream_client() -> UpstreamClient {
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(UPSTREAM_IDLE_TIMEOUT)
         .pool_max_idle_per_host(MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST)
-        .build(connector)
+        .build(CappedConnector::new(connector, slots))
 }
 
 /// Forwards routed requests.
@@ -66,12 +68,14 @@ pub fn upstream_client() -> UpstreamClient {
 pub struct Proxy {
     client: UpstreamClient,
     metrics: Arc<Metrics>,
+    slot_wait: Duration,
 }
 
 impl Proxy {
-    pub fn new(metrics: Arc<Metrics>) -> Proxy {
+    pub fn new(metrics: Arc<Metrics>, slots: Arc<UpstreamSlots>) -> Proxy {
         Proxy {
-            client: upstream_client(),
+            slot_wait: slots.wait(),
+            client: upstream_client(slots),
             metrics,
         }
     }
@@ -89,6 +93,7 @@ impl Service<Request<RequestBody>> for Proxy {
     fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
         let client = self.client.clone();
         let metrics = Arc::clone(&self.metrics);
+        let slot_wait = self.slot_wait;
         Box::pin(async move {
             let routed =
                 request
@@ -124,6 +129,17 @@ impl Service<Request<RequestBody>> for Proxy {
                     return Err(GatewayError::BodyTooLarge {
                         route: route.name.clone(),
                         limit: route.max_body,
+                    })
+                }
+                // The client's body was malformed, cut off or stalled: its fault, not the upstream's.
+                Ok(Err(source)) if crate::proxy::client_body_fault(&source).is_some() => {
+                    return Err(crate::proxy::client_body_fault(&source)
+                        .unwrap_or(GatewayError::ClientBody))
+                }
+                Ok(Err(source)) if upstream_busy(&source) => {
+                    return Err(GatewayError::UpstreamBusy {
+                        route: route.name.clone(),
+                        after: slot_wait,
                     })
                 }
                 Ok(Err(source)) => {

@@ -62,6 +62,12 @@ impl UpstreamTarget {
             .build()
     }
 
+    /// The name of the upstream's connection slots (`host:port`).
+    pub fn slot_name(&self) -> String {
+        let port = self.authority.port_u16().unwrap_or(80);
+        format!("{}:{port}", self.authority.host())
+    }
+
     /// The `Host` header value naming the upstream.
     pub fn host_header(&self) -> &HeaderValue {
         &self.host_header

@@ -58,6 +58,9 @@ pub struct FenceSettings {
     pub max_advance: Option<u64>,
     /// Require tokens signed by the lock authority with this key.
     pub signature: Option<SignatureKey>,
+    /// How much of a serialized write's response is read ahead so that its turn ends with the
+    /// upstream.
+    pub response_read_ahead: usize,
 }
 
 impl CompiledRoute {
@@ -336,6 +339,7 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
             gate_timeout: config.fence.gate_timeout,
             max_advance: config.fence.max_advance,
             signature,
+            response_read_ahead: config.fence.response_read_ahead,
         },
         counters: RouteCounters::default(),
     })

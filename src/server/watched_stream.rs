@@ -1,6 +1,7 @@
-//! A client connection's socket with its request bytes run through a [`FramingScanner`] on the
-//! way to hyper, and the per-connection record that tells the service which request (by its
-//! number on the connection) had conflicting framing.
+//! A client connection's socket, watched: its request bytes run through a [`FramingScanner`] on
+//! the way to hyper (the per-connection record tells the service which request, by its number on
+//! the connection, had conflicting framing), and its reads and blocked writes are noted on the
+//! connection's [`ConnectionActivity`].
 
 use std::io;
 use std::pin::Pin;
@@ -11,7 +12,11 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::activity::ConnectionActivity;
 use super::framing::FramingScanner;
+
+/// The client connection preface of HTTP/2 (RFC 9113 §3.4).
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Marks a request whose head carried both `Content-Length` and `Transfer-Encoding`; the
 /// gateway refuses it before any layer runs.
@@ -38,16 +43,35 @@ impl FramingWatch {
 /// The socket of one client connection, watched.
 pub struct WatchedStream {
     inner: TcpStream,
-    scanner: FramingScanner,
-    watch: Arc<FramingWatch>,
+    framing: Option<(FramingScanner, Arc<FramingWatch>)>,
+    activity: Arc<ConnectionActivity>,
+    first_read: bool,
 }
 
 impl WatchedStream {
-    pub fn new(inner: TcpStream, max_head_bytes: usize, watch: Arc<FramingWatch>) -> Self {
+    /// A data-plane connection: framing scanned, activity noted.
+    pub fn new(
+        inner: TcpStream,
+        max_head_bytes: usize,
+        watch: Arc<FramingWatch>,
+        activity: Arc<ConnectionActivity>,
+    ) -> Self {
         WatchedStream {
             inner,
-            scanner: FramingScanner::new(max_head_bytes),
-            watch,
+            framing: Some((FramingScanner::new(max_head_bytes), watch)),
+            activity,
+            first_read: true,
+        }
+    }
+
+    /// A connection whose activity is noted but whose framing is not scanned (the admin
+    /// listener's).
+    pub fn unscanned(inner: TcpStream, activity: Arc<ConnectionActivity>) -> Self {
+        WatchedStream {
+            inner,
+            framing: None,
+            activity,
+            first_read: true,
         }
     }
 }
@@ -62,12 +86,31 @@ impl AsyncRead for WatchedStream {
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = polled {
-            if let Some(head) = this.scanner.feed(&buf.filled()[before..]) {
-                this.watch.conflict_at.store(head, Ordering::Release);
+            let read = &buf.filled()[before..];
+            if this.first_read && !read.is_empty() {
+                this.first_read = false;
+                if read.starts_with(HTTP2_PREFACE) {
+                    this.activity.note_http2();
+                }
+            }
+            this.activity.note_read(read.len());
+            if let Some((scanner, watch)) = &mut this.framing {
+                if let Some(head) = scanner.feed(read) {
+                    watch.conflict_at.store(head, Ordering::Release);
+                }
             }
         }
         polled
     }
+}
+
+/// Notes on the activity whether a write went through or would block.
+fn noted<T>(activity: &ConnectionActivity, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+    match &polled {
+        Poll::Pending => activity.note_write_blocked(),
+        Poll::Ready(_) => activity.note_written(),
+    }
+    polled
 }
 
 impl AsyncWrite for WatchedStream {
@@ -76,7 +119,11 @@ impl AsyncWrite for WatchedStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        noted(
+            &this.activity,
+            Pin::new(&mut this.inner).poll_write(cx, buf),
+        )
     }
 
     fn poll_write_vectored(
@@ -84,7 +131,11 @@ impl AsyncWrite for WatchedStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        noted(
+            &this.activity,
+            Pin::new(&mut this.inner).poll_write_vectored(cx, bufs),
+        )
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -92,6 +143,7 @@ impl AsyncWrite for WatchedStream {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // A TCP stream's flush is always ready: it says nothing about writes blocking.
         Pin::new(&mut self.get_mut().inner).poll_flush(cx)
     }
 

@@ -45,6 +45,19 @@ pub async fn send_h2(method: &str, url: &str, headers: &[(&str, &str)], body: &s
     request(true, method, url, headers, body).await
 }
 
+/// Sends one HTTP/1.1 request; the error, as text, when no answer came (the connection was
+/// refused, reset or closed).
+pub async fn try_send(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<Reply, String> {
+    try_request(false, method, url, headers, body)
+        .await
+        .map_err(|e| format!("{e:?}"))
+}
+
 /// Sends one HTTP/2 request with prior knowledge; `None` when the connection or the stream failed
 /// (a reset stream, say) instead of answering.
 pub async fn try_send_h2(

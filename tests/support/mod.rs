@@ -2,11 +2,13 @@
 //! binary as a child process, and a small HTTP client.
 #![allow(dead_code, unused_imports)] // each test crate uses a different subset
 
+pub mod attack;
 pub mod cell_clients;
 pub mod cell_gateway;
 pub mod cell_store;
 pub mod client;
 pub mod contract;
+pub mod counting_upstream;
 pub mod fault_checks;
 pub mod fault_upstream;
 pub mod frameworks;

@@ -1,5 +1,5 @@
 //! The real `fencegate` binary as a child process, for what only a process can show: surviving
-//! `kill -9`, exit codes, and resident memory.
+//! `kill -9`, exit codes, resident memory, and running under `prlimit` limits ([`Launch`]).
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -12,6 +12,8 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct GatewayProcess {
     child: Child,
     pub addr: SocketAddr,
+    /// The admin listener, when started by a [`Launch`] with [`Launch::admin`].
+    pub admin: Option<SocketAddr>,
 }
 
 pub fn binary() -> &'static str {
@@ -56,7 +58,11 @@ impl GatewayProcess {
             .stdout(Stdio::null())
             .spawn()
             .expect("start fencegate");
-        let mut process = GatewayProcess { child, addr };
+        let mut process = GatewayProcess {
+            child,
+            addr,
+            admin: None,
+        };
         process.wait_until_listening();
         process
     }
@@ -84,7 +90,11 @@ impl GatewayProcess {
             .stderr(stderr)
             .spawn()
             .expect("start fencegate");
-        let mut process = GatewayProcess { child, addr };
+        let mut process = GatewayProcess {
+            child,
+            addr,
+            admin: None,
+        };
         process.wait_until_listening();
         process
     }
@@ -114,13 +124,22 @@ impl GatewayProcess {
     }
 
     fn wait_until_listening(&mut self) {
+        if let Err(status) = self.wait_listening_or_exit() {
+            panic!("fencegate exited during start-up: {status}");
+        }
+    }
+
+    /// Waits until the data plane (and the admin listener, if any) accept connections, or the
+    /// process exits (its status).
+    fn wait_listening_or_exit(&mut self) -> Result<(), ExitStatus> {
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         while Instant::now() < deadline {
-            if TcpStream::connect(self.addr).is_ok() {
-                return;
+            let accepting = |addr: SocketAddr| TcpStream::connect(addr).is_ok();
+            if accepting(self.addr) && self.admin.is_none_or(accepting) {
+                return Ok(());
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("fencegate exited during start-up: {status}");
+                return Err(status);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -128,6 +147,15 @@ impl GatewayProcess {
             "fencegate did not listen on {} within {STARTUP_TIMEOUT:?}",
             self.addr
         );
+    }
+
+    /// The exit status, if the process has exited (without waiting).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("poll fencegate")
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin.expect("an admin listener"), path)
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -163,6 +191,107 @@ impl GatewayProcess {
             .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or_else(|| panic!("{field} not in /proc status"))
+    }
+}
+
+/// How to start the binary: extra `[server]` options, an `[admin]` table, and resource limits
+/// set with `prlimit` (util-linux) before it runs. Its stderr goes to [`stderr_path`]`(dir)`.
+#[derive(Debug, Default, Clone)]
+pub struct Launch {
+    server_options: String,
+    admin: Option<String>,
+    limits: Vec<String>,
+}
+
+/// How a [`Launch`] ended when the binary was not expected to serve.
+pub enum Started {
+    Listening(GatewayProcess),
+    Exited { status: ExitStatus, stderr: String },
+}
+
+impl Launch {
+    pub fn new() -> Launch {
+        Launch::default()
+    }
+
+    /// TOML lines added to `[server]`.
+    pub fn server(mut self, options: &str) -> Launch {
+        self.server_options.push_str(options);
+        self.server_options.push('\n');
+        self
+    }
+
+    /// An `[admin]` listener on a free port with bearer `token` and the TOML lines `options`.
+    pub fn admin(mut self, token: &str, options: &str) -> Launch {
+        self.admin = Some(format!("token = \"{token}\"\n{options}\n"));
+        self
+    }
+
+    /// A `prlimit` option the binary runs under, e.g. `--as=2200000000` or `--nofile=1024:1024`.
+    pub fn prlimit(mut self, limit: &str) -> Launch {
+        self.limits.push(limit.to_owned());
+        self
+    }
+
+    /// Starts `fencegate serve` with `routes_toml` and its store under `dir`; panics (with its
+    /// stderr) if it exits instead of listening.
+    pub fn start(self, dir: &Path, routes_toml: &str) -> GatewayProcess {
+        match self.start_or_exit(dir, routes_toml) {
+            Started::Listening(process) => process,
+            Started::Exited { status, stderr } => {
+                panic!("fencegate exited during start-up: {status}\n{stderr}")
+            }
+        }
+    }
+
+    /// Like `start`, returning the exit status and stderr if the binary exits before listening.
+    pub fn start_or_exit(self, dir: &Path, routes_toml: &str) -> Started {
+        let addr = free_port();
+        let admin = self.admin.as_ref().map(|_| free_port());
+        let mut text = super::gateway::config_text(dir, &addr.to_string(), routes_toml).replacen(
+            "[server]\n",
+            &format!("[server]\n{}", self.server_options),
+            1,
+        );
+        if let (Some(admin_addr), Some(table)) = (admin, &self.admin) {
+            text.push_str(&format!("\n[admin]\nlisten = \"{admin_addr}\"\n{table}"));
+        }
+        let config = dir.join("fencegate.toml");
+        std::fs::write(&config, &text).expect("write config");
+        let stderr = std::fs::File::create(stderr_path(dir)).expect("create stderr file");
+        let mut command = if self.limits.is_empty() {
+            Command::new(binary())
+        } else {
+            assert!(
+                Command::new("prlimit")
+                    .arg("--version")
+                    .stdout(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success()),
+                "these tests run the binary under `prlimit` (util-linux), which is not installed"
+            );
+            let mut command = Command::new("prlimit");
+            command.args(&self.limits).arg("--").arg(binary());
+            command
+        };
+        // prlimit sets the limits on itself and then executes the binary: the child is fencegate.
+        let child = command
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("start fencegate");
+        let mut process = GatewayProcess { child, addr, admin };
+        match process.wait_listening_or_exit() {
+            Ok(()) => Started::Listening(process),
+            Err(status) => Started::Exited {
+                status,
+                stderr: std::fs::read_to_string(stderr_path(dir)).unwrap_or_default(),
+            },
+        }
     }
 }
 

@@ -33,6 +33,8 @@
 //! - [`reload`]: the route table in force, swapped atomically on SIGHUP or `POST /admin/reload`.
 //! - [`admin`]: the admin listener — metrics, health, marks, routes, intents.
 //! - [`app`]: wiring — opens the store, compiles routes, serves until shutdown.
+//! - [`logging`]: the log subscriber, text or JSON lines, with every value from a request
+//!   escaped.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -45,6 +47,7 @@ pub mod fence;
 pub mod gate;
 pub mod gateway;
 pub mod idempotency;
+pub mod logging;
 pub mod metrics;
 pub mod problem;
 pub mod proxy;

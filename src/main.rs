@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of the system allocator: a proxied request makes a few dozen small
 /// allocations (header maps, boxed futures, buffers), and glibc's malloc and free were about 15%
@@ -64,6 +63,15 @@ enum LogFormat {
     Json,
 }
 
+impl From<LogFormat> for fencegate::logging::LogFormat {
+    fn from(format: LogFormat) -> Self {
+        match format {
+            LogFormat::Text => fencegate::logging::LogFormat::Text,
+            LogFormat::Json => fencegate::logging::LogFormat::Json,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum StoreCommand {
     /// Trust the store as it is now: record its identity in this gateway's state directory.
@@ -111,10 +119,13 @@ enum IntentsCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    start_logging(match &cli.command {
+    let log_format = match &cli.command {
         Command::Serve { log_format, .. } => *log_format,
         _ => LogFormat::Text,
-    });
+    };
+    if let Err(e) = fencegate::logging::start(log_format.into()) {
+        eprintln!("warning: logging not started: {e}");
+    }
     match cli.command {
         Command::CheckConfig { file } => match fencegate::config::load_file(&file) {
             Ok(config) => {
@@ -132,21 +143,6 @@ fn main() -> ExitCode {
             command: StoreCommand::Adopt { config },
         } => adopt(&config),
         Command::Intents { command } => fencegate_intents(command),
-    }
-}
-
-/// Logs to stderr in `format`, filtered by `RUST_LOG` (default `info`).
-fn start_logging(format: LogFormat) {
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-        LogFormat::Json => logs.json().init(),
     }
 }
 

@@ -298,12 +298,15 @@ async fn an_idempotent_http2_flood_under_an_address_space_limit_gets_memory_busy
     /// the 800 MiB the flood sends.
     const PEAK_RSS_BOUND_KIB: u64 = 512 * 1024;
     let upstream = CountingUpstream::start(Duration::from_millis(1500)).await;
+    // The plain route's upstream answers at once, so that "still serving" is asked of the
+    // gateway, not of the slow provider.
+    let prompt = CountingUpstream::start(Duration::ZERO).await;
     let dir = tempfile::tempdir().expect("temp dir");
     // On a debug build the flood starves the embedded store of CPU; with the default 2 s store
     // timeout some writes got 503 `store-unavailable`, which is not what this test is about.
     let routes = format!(
         "{}[[routes]]\nname = \"pay\"\npath = \"/pay/{{id}}\"\nupstream = \"{}\"\nresource_key = \"pay:{{id}}\"\n\n[routes.fence]\nstore_timeout = \"10s\"\n\n[routes.idempotency]\nkey = \"pay:{{id}}\"\nmax_request_body = \"2MiB\"\n\n",
-        plain_route(&upstream.url()),
+        plain_route(&prompt.url()),
         upstream.url()
     );
     let mut gw = Launch::new()

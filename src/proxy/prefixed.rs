@@ -44,14 +44,38 @@ impl Body for Prefixed {
     }
 
     fn size_hint(&self) -> SizeHint {
-        let mut hint = self.rest.size_hint();
-        if let Some(first) = &self.first {
-            let extra = first.len() as u64;
-            hint.set_lower(hint.lower() + extra);
-            if let Some(upper) = hint.upper() {
-                hint.set_upper(upper + extra);
-            }
+        let rest = self.rest.size_hint();
+        let Some(first) = &self.first else {
+            return rest;
+        };
+        let extra = first.len() as u64;
+        // Upper bound first: raising the lower bound of an exact hint past its upper one panics.
+        let mut hint = SizeHint::new();
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper.saturating_add(extra));
         }
+        hint.set_lower(rest.lower().saturating_add(extra));
         hint
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt as _;
+
+    #[test]
+    fn the_hint_of_an_exact_rest_stays_exact_with_the_prefix() {
+        let rest = crate::proxy::full_body(Bytes::from_static(b"world"));
+        let body = Prefixed::new(Bytes::from_static(b"hello "), rest);
+        assert_eq!(body.size_hint().exact(), Some(11));
+    }
+
+    #[tokio::test]
+    async fn the_prefix_comes_first() {
+        let rest = crate::proxy::full_body(Bytes::from_static(b"world"));
+        let body = Prefixed::new(Bytes::from_static(b"hello "), rest);
+        let whole = body.collect().await.expect("collects").to_bytes();
+        assert_eq!(&whole[..], b"hello world");
     }
 }

@@ -98,7 +98,9 @@ impl Fault {
         match self {
             Fault::Store(_) => ("503/store-unavailable", 0..=0),
             Fault::Upstream(UpstreamFault::Refuse) => ("502/upstream-unavailable", 0..=1),
-            Fault::Upstream(UpstreamFault::ResetMidBody) => ("broken-200", 1..=1),
+            // The serialized route reads the response ahead (to end the key's turn with the
+            // upstream), so the reset is seen before the head is passed on: a clean 502.
+            Fault::Upstream(UpstreamFault::ResetMidBody) => ("502/upstream-unavailable", 1..=1),
             Fault::Upstream(UpstreamFault::NeverAnswer) => ("504/upstream-timeout", 1..=1),
             Fault::Upstream(_) => ("200", 1..=1),
             Fault::Kill9 => ("no-answer", 0..=0),

@@ -34,7 +34,8 @@ BACKENDS=${BACKENDS:-"embedded postgres redis"}
 PATHS=${PATHS:-"direct passthrough $(for b in $BACKENDS; do printf 'fenced-%s ' "$b"; done)"}
 REDIS_PREFIX="fencegate-bench:$(date +%s):"
 
-need() { command -v "$1" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
+# shellcheck source=benches/common.sh
+source benches/common.sh
 need wrk wrk
 need nginx nginx-light
 
@@ -237,8 +238,6 @@ request = function() n = n + 1; return wrk.format("POST", "/plain/" .. (n % 1000
 done = function(summary) io.write(string.format("non2xx %d\n", summary.errors.status)) end
 LUA
 
-# wrk prints latencies as 850.00us, 1.20ms or 1.01s; convert to microseconds.
-to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v+0} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v*1000} else {sub(/s$/,"",v); print v*1000000}}'; }
 
 # CPU time (user + system, in clock ticks) used so far by the processes $CPU_PIDS, threads included.
 cpu_ticks() {
@@ -299,7 +298,6 @@ SQL
   echo "$tps $lat - 0 -"
 }
 
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 paths=$PATHS
 

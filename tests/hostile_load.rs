@@ -83,6 +83,21 @@ async fn answered_within(url: &str, bound: Duration) -> Duration {
     }
 }
 
+/// `closed` (when, after the attack began, the gateway closed the connection, if it did within
+/// `SHORT + SLACK`) came on time for `timeout`, set to `SHORT`: not before it, not long after.
+fn closed_on_time(closed: Option<Duration>, what: &str, timeout: &str) {
+    let took = closed.unwrap_or_else(|| {
+        panic!(
+            "{what} was still open after {:?} ({timeout} = 1s)",
+            SHORT + SLACK
+        )
+    });
+    assert!(
+        took >= SHORT - EARLY,
+        "{what} was closed after {took:?}, before {timeout}"
+    );
+}
+
 /// The process has not exited; else panics with its status and the end of its stderr.
 fn assert_alive(gw: &mut GatewayProcess, dir: &std::path::Path) {
     if let Some(status) = gw.exited() {
@@ -158,13 +173,10 @@ async fn an_idle_kept_alive_http1_connection_is_closed_after_idle_timeout() {
         "the connection is kept alive: {response:?}"
     );
     let since = Instant::now();
-    let bound = SHORT + SLACK;
-    let took = closed_within(&mut stream, since, bound).await.unwrap_or_else(|| {
-        panic!("a kept-alive connection idle since its response was still open after {bound:?} (idle_timeout = 1s)")
-    });
-    assert!(
-        took >= SHORT - EARLY,
-        "closed {took:?} after the response, before idle_timeout"
+    closed_on_time(
+        closed_within(&mut stream, since, SHORT + SLACK).await,
+        "a kept-alive connection idle since its response",
+        "idle_timeout",
     );
 }
 
@@ -181,13 +193,10 @@ async fn a_request_head_cut_short_is_closed_after_head_timeout() {
         .await
         .expect("write partial head");
     let since = Instant::now();
-    let bound = SHORT + SLACK;
-    let took = closed_within(&mut stream, since, bound).await.unwrap_or_else(|| {
-        panic!("a connection that sent `GET / HT` and then nothing was still open after {bound:?} (head_timeout = 1s)")
-    });
-    assert!(
-        took >= SHORT - EARLY,
-        "closed after {took:?}, before head_timeout"
+    closed_on_time(
+        closed_within(&mut stream, since, SHORT + SLACK).await,
+        "a connection that sent `GET / HT` and then nothing",
+        "head_timeout",
     );
     assert!(upstream.seen().is_empty());
 }
@@ -202,13 +211,10 @@ async fn an_http2_connection_with_no_stream_is_closed_after_idle_timeout() {
     // Preface and SETTINGS both ways, then no stream at all.
     let connection = H2Connection::open(gw.addr).await;
     let since = Instant::now();
-    let bound = SHORT + SLACK;
-    let took = connection.closed_within(since, bound).await.unwrap_or_else(|| {
-        panic!("an HTTP/2 connection with no stream since its handshake was still open after {bound:?} (idle_timeout = 1s)")
-    });
-    assert!(
-        took >= SHORT - EARLY,
-        "closed after {took:?}, before idle_timeout"
+    closed_on_time(
+        connection.closed_within(since, SHORT + SLACK).await,
+        "an HTTP/2 connection with no stream since its handshake",
+        "idle_timeout",
     );
 }
 
@@ -226,13 +232,10 @@ async fn a_partial_http2_preface_is_closed_after_head_timeout() {
         .await
         .expect("write partial preface");
     let since = Instant::now();
-    let bound = SHORT + SLACK;
-    let took = closed_within(&mut stream, since, bound).await.unwrap_or_else(|| {
-        panic!("a connection that sent 10 bytes of the HTTP/2 preface and then nothing was still open after {bound:?} (head_timeout = 1s)")
-    });
-    assert!(
-        took >= SHORT - EARLY,
-        "closed after {took:?}, before head_timeout"
+    closed_on_time(
+        closed_within(&mut stream, since, SHORT + SLACK).await,
+        "a connection that sent 10 bytes of the HTTP/2 preface and then nothing",
+        "head_timeout",
     );
 }
 
@@ -371,6 +374,7 @@ async fn an_idempotent_http2_flood_under_an_address_space_limit_gets_memory_busy
     );
     assert!(served >= 1, "bodies within the budget were forwarded");
     let peak = gw.memory_kib("VmHWM");
+    eprintln!("flood: {served} served, {busy} memory-busy, peak resident {peak} KiB");
     assert!(
         peak < PEAK_RSS_BOUND_KIB,
         "the gateway's resident memory peaked at {peak} KiB under the flood"

@@ -586,6 +586,51 @@ fn caps_that_do_not_fit_the_descriptor_limit_stop_serve_at_start_up() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_whose_upstream_caps_do_not_fit_the_descriptor_limit_is_refused() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    // 1000 client + 64 admin + 100 upstream + store + 256 reserve fit in 2048; ten upstreams of
+    // 100 each do not.
+    let gw = Launch::new()
+        .server("max_connections = 1000\nmax_upstream_connections = 100")
+        .admin(TOKEN, "")
+        .prlimit("--nofile=2048:2048")
+        .start(dir.path(), &plain_route(&upstream.url()));
+    let config_path = dir.path().join("fencegate.toml");
+    let config = std::fs::read_to_string(&config_path).expect("the config");
+    let more: String = (1..=10)
+        .map(|i| {
+            format!(
+                "[[routes]]\nname = \"r{i}\"\npath = \"/r{i}/{{id}}\"\nupstream = \"http://127.0.0.1:{}\"\n[routes.fence]\nmode = \"off\"\n",
+                40000 + i
+            )
+        })
+        .collect();
+    std::fs::write(&config_path, format!("{config}\n{more}")).expect("write config");
+    let auth = format!("Bearer {TOKEN}");
+    let refused = send(
+        "POST",
+        &gw.admin_url("/admin/reload"),
+        &[("authorization", &auth)],
+        "",
+    )
+    .await;
+    assert_eq!(refused.status, 400, "{:?}", refused.body);
+    let error = refused.json()["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        error.contains("2048") && error.contains("open files"),
+        "the refusal names the limit: {error}"
+    );
+    // The routes in force are the old ones.
+    answered_within(&gw.url("/public/still"), SLACK).await;
+    let gone = send("GET", &gw.url("/r1/x"), &[], "").await;
+    assert_eq!(gone.status, 404);
+}
+
 #[tokio::test]
 async fn a_malformed_chunked_body_is_a_client_error() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;

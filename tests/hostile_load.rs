@@ -83,6 +83,19 @@ async fn answered_within(url: &str, bound: Duration) -> Duration {
     }
 }
 
+/// A gateway with a plain route to a recording upstream, `short` of its connection timeouts set
+/// to `SHORT` and the others long.
+async fn with_one_short_timer(
+    short: &str,
+) -> (RecordingUpstream, tempfile::TempDir, GatewayProcess) {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gw = Launch::new()
+        .server(&timers(short))
+        .start(dir.path(), &plain_route(&upstream.url()));
+    (upstream, dir, gw)
+}
+
 /// `closed` (when, after the attack began, the gateway closed the connection, if it did within
 /// `SHORT + SLACK`) came on time for `timeout`, set to `SHORT`: not before it, not long after.
 fn closed_on_time(closed: Option<Duration>, what: &str, timeout: &str) {
@@ -156,11 +169,7 @@ async fn silent_connections_are_closed_after_first_byte_timeout_and_their_places
 
 #[tokio::test]
 async fn an_idle_kept_alive_http1_connection_is_closed_after_idle_timeout() {
-    let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let gw = Launch::new()
-        .server(&timers("idle_timeout"))
-        .start(dir.path(), &plain_route(&upstream.url()));
+    let (_upstream, _dir, gw) = with_one_short_timer("idle_timeout").await;
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     stream
         .write_all(b"GET /public/kept HTTP/1.1\r\nHost: gw\r\n\r\n")
@@ -182,11 +191,7 @@ async fn an_idle_kept_alive_http1_connection_is_closed_after_idle_timeout() {
 
 #[tokio::test]
 async fn a_request_head_cut_short_is_closed_after_head_timeout() {
-    let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let gw = Launch::new()
-        .server(&timers("head_timeout"))
-        .start(dir.path(), &plain_route(&upstream.url()));
+    let (upstream, _dir, gw) = with_one_short_timer("head_timeout").await;
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     stream
         .write_all(b"GET / HT")
@@ -203,11 +208,7 @@ async fn a_request_head_cut_short_is_closed_after_head_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_connection_with_no_stream_is_closed_after_idle_timeout() {
-    let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let gw = Launch::new()
-        .server(&timers("idle_timeout"))
-        .start(dir.path(), &plain_route(&upstream.url()));
+    let (_upstream, _dir, gw) = with_one_short_timer("idle_timeout").await;
     // Preface and SETTINGS both ways, then no stream at all.
     let connection = H2Connection::open(gw.addr).await;
     let since = Instant::now();
@@ -220,11 +221,7 @@ async fn an_http2_connection_with_no_stream_is_closed_after_idle_timeout() {
 
 #[tokio::test]
 async fn a_partial_http2_preface_is_closed_after_head_timeout() {
-    let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let gw = Launch::new()
-        .server(&timers("head_timeout"))
-        .start(dir.path(), &plain_route(&upstream.url()));
+    let (_upstream, _dir, gw) = with_one_short_timer("head_timeout").await;
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     stream

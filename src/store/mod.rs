@@ -20,6 +20,7 @@ mod postgres_reads;
 mod postgres_thread_batchers;
 mod postgres_turn_wants;
 mod postgres_turns;
+mod redact;
 mod redis;
 mod replica;
 mod trust;

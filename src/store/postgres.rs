@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::postgres_batcher;
 use super::postgres_reads::{read_marks, ReadRequest};
 use super::postgres_thread_batchers::ThreadBatchers;
+use super::redact::redact_password;
 use super::{
     decide, mismatch_reason, new_store_id, Advance, ExpectedIdentity, FenceStore, PostgresTurns,
     StoreError, StoreFuture, StoreIdentity,
@@ -125,7 +126,10 @@ pub async fn migrate(config: &PostgresStoreConfig) -> Result<(), StoreError> {
 fn connect_options(config: &PostgresStoreConfig) -> Result<PgConnectOptions, StoreError> {
     let options: PgConnectOptions = config.url.parse().map_err(|e| StoreError::Setup {
         backend: BACKEND,
-        detail: format!("{}: not a PostgreSQL URL: {e}", redacted(&config.url)),
+        detail: format!(
+            "{}: not a PostgreSQL URL: {e}",
+            redact_password(&config.url)
+        ),
     })?;
     Ok(options
         .options([("search_path", config.schema.as_str())])
@@ -145,7 +149,12 @@ async fn connect(
         .acquire_timeout(CONNECT_TIMEOUT)
         .connect_with(options)
         .await
-        .map_err(|e| setup(format!("{}: cannot connect: {e}", redacted(&config.url))))?;
+        .map_err(|e| {
+            setup(format!(
+                "{}: cannot connect: {e}",
+                redact_password(&config.url)
+            ))
+        })?;
     create_schema(&pool, &config.schema)
         .await
         .map_err(|e| setup(format!("cannot create schema {}: {e}", config.schema)))?;
@@ -176,23 +185,6 @@ async fn migrate_pool(pool: &PgPool, schema: &str) -> Result<(), StoreError> {
         backend: BACKEND,
         detail: format!("migrating schema {schema}: {e}"),
     })
-}
-
-/// The URL without its password, for messages.
-fn redacted(url: &str) -> String {
-    match url.parse::<http::Uri>() {
-        Ok(uri)
-            if uri
-                .authority()
-                .is_some_and(|a| a.as_str().contains(':') && a.as_str().contains('@')) =>
-        {
-            let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
-            let (user, host) = authority.split_once('@').unwrap_or(("", authority));
-            let user = user.split(':').next().unwrap_or_default();
-            url.replacen(authority, &format!("{user}:***@{host}"), 1)
-        }
-        _ => url.to_owned(),
-    }
 }
 
 impl FenceStore for PostgresStore {
@@ -422,6 +414,7 @@ pub(super) fn backend_error(source: sqlx::Error) -> StoreError {
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
 
     #[test]
@@ -442,17 +435,5 @@ mod tests {
         for mark in marks {
             assert_eq!(decode_mark(encode_mark(mark)), mark);
         }
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            redacted("postgres://app:s3cret@db:5432/x"),
-            "postgres://app:***@db:5432/x"
-        );
-        assert_eq!(
-            redacted("postgres://postgres@127.0.0.1/test"),
-            "postgres://postgres@127.0.0.1/test"
-        );
     }
 }

@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::mailbox;
 use super::per_thread::PerThread;
+use super::redact::redact_password;
 use super::{
     mismatch_reason, new_store_id, Advance, ExpectedIdentity, FenceStore, StoreError, StoreFuture,
     StoreIdentity,
@@ -120,7 +121,7 @@ impl RedisStore {
     /// Connects to the server, loads the scripts, checks the persistence settings and
     /// starts the writer task.
     pub async fn open(config: &RedisStoreConfig) -> Result<RedisStore, StoreError> {
-        let url = redact_url(&config.url);
+        let url = redact_password(&config.url);
         let setup = |detail: String| StoreError::Setup {
             backend: BACKEND,
             detail,
@@ -639,24 +640,6 @@ pub(super) fn store_id_key(prefix: &str) -> String {
     format!("{prefix}store-id")
 }
 
-/// The URL with its password replaced, for errors and logs.
-fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest_start = scheme_end + 3;
-    let rest = &url[rest_start..];
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    let Some(colon) = authority[..at].find(':') else {
-        return url.to_owned();
-    };
-    let password = rest_start + colon + 1..rest_start + at;
-    format!("{}***{}", &url[..password.start], &url[password.end..])
-}
-
 pub(super) fn wrap(source: RedisError) -> StoreError {
     backend_error(&Arc::new(source))
 }
@@ -705,27 +688,4 @@ fn fail(command: Command, error: impl Fn() -> StoreError) -> Option<oneshot::Sen
         Command::Close { reply } => return Some(reply),
     }
     None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_are_redacted_from_urls() {
-        assert_eq!(
-            redact_url("redis://:hunter2@cache:6379/0"),
-            "redis://:***@cache:6379/0"
-        );
-        assert_eq!(
-            redact_url("rediss://app:p@ss@cache"),
-            "rediss://app:***@cache"
-        );
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6379"),
-            "redis://127.0.0.1:6379"
-        );
-        assert_eq!(redact_url("redis://app@cache"), "redis://app@cache");
-        assert_eq!(redact_url("not a url"), "not a url");
-    }
 }

@@ -336,3 +336,51 @@ async fn every_admin_endpoint_refuses_a_missing_or_wrong_token() {
     // None of the refused calls did anything.
     assert_eq!(admin_get(&gw, "/admin/fences/inv:1").await.status, 404);
 }
+
+/// A request whose client goes away before the answer leaves the in-flight gauge as it found it:
+/// hyper drops the request's future, and the gauge is a guard dropped with it. Before, it was
+/// decremented only when the future ran to its end, so every abandoned request stayed counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_request_leaves_the_in_flight_gauge() {
+    use tokio::io::AsyncWriteExt as _;
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let gw = TestGateway::start_with_admin(
+        &fenced_route("inv", &upstream.url(), "enforce", "monotonic"),
+        TOKEN,
+    )
+    .await;
+    let series = "fencegate_inflight_requests{route=\"inv\"}";
+    let gauge = || async {
+        let text = send("GET", &gw.admin_url("/metrics"), &[], "").await.body;
+        sample(&String::from_utf8_lossy(&text), series)
+    };
+    let addr = gw
+        .url("/")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut client = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let request = format!(
+        "POST /inv/1 HTTP/1.1\r\nHost: {addr}\r\nX-Fence: 1\r\n{}: 2000\r\nContent-Length: 0\r\n\r\n",
+        support::DELAY_HEADER
+    );
+    client.write_all(request.as_bytes()).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while upstream.in_flight() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never reached the upstream"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(gauge().await, 1.0, "counted while in flight");
+    drop(client);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while gauge().await != 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the abandoned request is still counted in flight"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

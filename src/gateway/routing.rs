@@ -95,12 +95,11 @@ where
         request.body_mut().limit_to(route.max_body as u64);
         let route = route.name.clone();
         request.extensions_mut().insert(routed);
-        let inflight = metrics.inflight.with_label_values(&[&route]);
-        inflight.inc();
+        let inflight = InFlight::new(metrics.inflight.with_label_values(&[&route]));
         let answer = self.inner.call(request);
         async move {
             let result = answer.await;
-            inflight.dec();
+            drop(inflight);
             metrics
                 .requests
                 .with_label_values(&[&route, outcome_label(&result)])
@@ -108,6 +107,23 @@ where
             result
         }
         .boxed()
+    }
+}
+
+/// Counts one request in its route's in-flight gauge until dropped: with the request's future,
+/// also when hyper drops it because the client went away.
+struct InFlight(prometheus::IntGauge);
+
+impl InFlight {
+    fn new(gauge: prometheus::IntGauge) -> InFlight {
+        gauge.inc();
+        InFlight(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

@@ -410,13 +410,3 @@ async fn prune_intents(intents: Arc<dyn IntentStore>, interval: std::time::Durat
         }
     }
 }
-
-/// Builds the gateway from `config` and serves on `listener` until `shutdown` resolves.
-pub async fn run(
-    config: Config,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), StartError> {
-    App::build(config).await?.serve(listener, shutdown).await;
-    Ok(())
-}

@@ -58,5 +58,5 @@ pub mod server;
 pub mod stats;
 pub mod store;
 
-pub use app::{run, App, StartError};
+pub use app::{App, StartError};
 pub use config::Config;

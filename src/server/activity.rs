@@ -6,6 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
+/// Length of the response-slot list past which ended responses' slots are dropped on the next
+/// response, before the clock's next look.
+const PRUNE_AT: usize = 32;
+
 /// Shared by one connection's stream, service and response bodies.
 #[derive(Debug)]
 pub struct ConnectionActivity {
@@ -86,6 +90,11 @@ impl ConnectionActivity {
     pub fn response_slot(&self) -> Arc<AtomicU64> {
         let slot = Arc::new(AtomicU64::new(self.stamp()));
         if let Ok(mut responses) = self.responses.lock() {
+            // Between two looks of the clock a busy connection may answer many requests: the
+            // slots of ended responses go here too, so the list stays as short as the open ones.
+            if responses.len() >= PRUNE_AT {
+                responses.retain(|slot| slot.strong_count() > 0);
+            }
             responses.push(Arc::downgrade(&slot));
         }
         slot

@@ -2,6 +2,8 @@
 //! request's token is compared with its resource key's durable high-water mark before it is
 //! forwarded.
 //!
+//! The invariants I1–I7, the request outcomes and which modules keep them: `docs/design.md`.
+//!
 //! # Layout
 //!
 //! Following a request:

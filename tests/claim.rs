@@ -1,5 +1,5 @@
-//! Claiming (DESIGN §5): a new holder raises its key's mark without writing, so a zombie's write
-//! that would land before the holder's first write is refused; nothing is ever forwarded.
+//! Claiming (docs/design.md §5): a new holder raises its key's mark without writing, so a zombie's
+//! write that would land before the holder's first write is refused; nothing is ever forwarded.
 
 mod support;
 

@@ -1,8 +1,8 @@
 //! A claim on a serialized route answers only once every older admitted write of its key has
-//! finished at the upstream (DESIGN §5): when its 200 arrives, no write with a token below the
-//! claimed one is still at the upstream, and none reaches it later. Write A (token 1) is held at
-//! the upstream, write B (token 1) queues behind it, then token 2 is claimed; on the embedded store
-//! and on PostgreSQL.
+//! finished at the upstream (docs/design.md §5): when its 200 arrives, no write with a token below
+//! the claimed one is still at the upstream, and none reaches it later. Write A (token 1) is held
+//! at the upstream, write B (token 1) queues behind it, then token 2 is claimed; on the embedded
+//! store and on PostgreSQL.
 
 mod support;
 

@@ -3,7 +3,7 @@
 //! gateway killed with `kill -9` while forwarding, then restarted on the same store (every store).
 //! Every cell runs concurrent writers with rising tokens over a few keys, injects its fault
 //! mid-run (while forwards are in flight, for store faults and kills), lifts it, and asserts I1,
-//! I2, I5 and I7 of DESIGN §1 — and that the gateway then serves a fresh accepted write.
+//! I2, I5 and I7 of docs/design.md §1 — and that the gateway then serves a fresh accepted write.
 
 mod support;
 

@@ -1,5 +1,6 @@
-//! Every row of DESIGN §2 this gateway covers, over real sockets with a recording upstream: for
-//! both compare modes and all three fence modes, and a refused request never reaches the upstream.
+//! Every row of docs/design.md §2 this gateway covers, over real sockets with a recording upstream:
+//! for both compare modes and all three fence modes, and a refused request never reaches the
+//! upstream.
 
 mod support;
 

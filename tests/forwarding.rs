@@ -1,6 +1,6 @@
-//! Forwarding (DESIGN §7): what the upstream receives and what the client gets back — hop-by-hop
-//! headers removed, `Via` and `Forwarded` added, paths placed below the base path, HTTP/2 from
-//! clients, and a 256 MiB upload streamed through the real binary with bounded memory.
+//! Forwarding (docs/design.md §7): what the upstream receives and what the client gets back —
+//! hop-by-hop headers removed, `Via` and `Forwarded` added, paths placed below the base path,
+//! HTTP/2 from clients, and a 256 MiB upload streamed through the real binary with bounded memory.
 
 mod support;
 

@@ -1,6 +1,6 @@
-//! Idempotency for a provider that cannot be fenced (DESIGN §6), against every backend, with a
-//! fake payment provider that honours the idempotency header or ignores it, and faults: it charges
-//! then drops the connection, charges then answers 500, charges then answers too late.
+//! Idempotency for a provider that cannot be fenced (docs/design.md §6), against every backend,
+//! with a fake payment provider that honours the idempotency header or ignores it, and faults: it
+//! charges then drops the connection, charges then answers 500, charges then answers too late.
 //!
 //! Asserted: one charge per payout when the provider honours the key; when it does not, never a
 //! second charge once an outcome is known, and every unknown outcome listed for reconciliation;

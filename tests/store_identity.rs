@@ -1,7 +1,7 @@
-//! A store that forgot (DESIGN §4): a new embedded file, a wiped PostgreSQL table or identity
-//! would reset every mark to zero and re-admit zombies. The gateway notices — from the store's
-//! identity record and from answers below marks it has seen — and refuses fenced traffic with 503
-//! until an operator adopts the store.
+//! A store that forgot (docs/design.md §4.4): a new embedded file, a wiped PostgreSQL table or
+//! identity would reset every mark to zero and re-admit zombies. The gateway notices — from the
+//! store's identity record and from answers below marks it has seen — and refuses fenced traffic
+//! with 503 until an operator adopts the store.
 
 mod support;
 

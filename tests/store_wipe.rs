@@ -1,7 +1,7 @@
-//! A wiped Redis is noticed on the very write that would trust it (DESIGN §4), not only at the
-//! next periodic store check: with `store_check_interval = "60s"`, a gateway has written one key,
-//! every key under its prefix is deleted (the marks and the store's identity record), and at once
-//! a write of a key the gateway has never seen is refused 503 and never forwarded.
+//! A wiped Redis is noticed on the very write that would trust it (docs/design.md §4.4), not only
+//! at the next periodic store check: with `store_check_interval = "60s"`, a gateway has written one
+//! key, every key under its prefix is deleted (the marks and the store's identity record), and at
+//! once a write of a key the gateway has never seen is refused 503 and never forwarded.
 
 mod support;
 

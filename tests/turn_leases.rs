@@ -1,8 +1,8 @@
 //! Issue 17: a serialized key's turn across replicas is a lease that a lost store connection does
-//! not end (DESIGN §4, I4). Replica A reaches the store through a relay; while A's write of a key
-//! is held at the upstream, the relay is cut for 50 ms, and replica B then writes the key with the
-//! next token. From the upstream's record, on PostgreSQL and on Redis: no two writes of a key
-//! overlap, per key no lower token arrives after a higher one, and every 2xx was forwarded.
+//! not end (docs/design.md §4.5, I4). Replica A reaches the store through a relay; while A's write
+//! of a key is held at the upstream, the relay is cut for 50 ms, and replica B then writes the key
+//! with the next token. From the upstream's record, on PostgreSQL and on Redis: no two writes of a
+//! key overlap, per key no lower token arrives after a higher one, and every 2xx was forwarded.
 
 mod support;
 

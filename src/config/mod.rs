@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-/// Default header carrying the fencing token (DESIGN §3).
+/// Default header carrying the fencing token (docs/design.md §3).
 pub const DEFAULT_FENCE_HEADER: &str = "X-Fence";
 /// Default header carrying the lock authority's signature of key and token.
 pub const DEFAULT_SIGNATURE_HEADER: &str = "X-Fence-Signature";
@@ -543,7 +543,7 @@ pub enum OnStoreError {
     FailOpen,
 }
 
-/// What a route does with tokens (DESIGN §2).
+/// What a route does with tokens (docs/design.md §2.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FenceMode {

@@ -1,4 +1,4 @@
-//! `FenceLayer` → `Fence<S>`: the fence check of DESIGN §2 as a tower layer. It renders the
+//! `FenceLayer` → `Fence<S>`: the fence check of docs/design.md §2 as a tower layer. It renders the
 //! resource key, reads the token, checks the lock authority's signature and `max_advance` when the
 //! route asks for them, and compare-and-advances the key's mark in the store before the inner
 //! service (and so the upstream) sees the request.

@@ -1,7 +1,7 @@
 //! The fence check: reading a token from a request and deciding, with the store, whether the
-//! request may pass (DESIGN §2). `token.rs` parses; `signature.rs` checks the lock authority's
-//! signature; `limit.rs` refuses tokens too far ahead of the mark (`max_advance`); `layer.rs` is
-//! the tower layer on the hot path.
+//! request may pass (docs/design.md §2). `token.rs` parses; `signature.rs` checks the lock
+//! authority's signature; `limit.rs` refuses tokens too far ahead of the mark (`max_advance`);
+//! `layer.rs` is the tower layer on the hot path.
 
 mod layer;
 mod limit;

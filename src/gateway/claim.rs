@@ -1,6 +1,6 @@
 //! `POST /_fencegate/claim/{resource_key}`: a new lock holder raises its key's mark to its token
-//! without writing anything upstream (DESIGN §5), so a zombie's write that would otherwise arrive
-//! before the holder's first write is refused too.
+//! without writing anything upstream (docs/design.md §5), so a zombie's write that would otherwise
+//! arrive before the holder's first write is refused too.
 //!
 //! On a gateway with serialized routes a claim that raised the mark answers only once every
 //! write of the key admitted before it has ended at the upstream (or was refused): its 200 means

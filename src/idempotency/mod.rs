@@ -1,8 +1,8 @@
-//! Idempotency for providers that cannot be fenced (DESIGN §6): the same key on every attempt, a
-//! durable intent before the call, replay of a known outcome. `settings.rs` compiles a route's
-//! table, `key.rs` derives keys and fingerprints, `layer.rs` is the request flow (with
-//! `admission.rs`, the fence's deferred advance made with the intent) and `capture.rs` records
-//! the provider's answer as it streams to the client.
+//! Idempotency for providers that cannot be fenced (docs/design.md §6): the same key on every
+//! attempt, a durable intent before the call, replay of a known outcome. `settings.rs` compiles a
+//! route's table, `key.rs` derives keys and fingerprints, `layer.rs` is the request flow (with
+//! `admission.rs`, the fence's deferred advance made with the intent) and `capture.rs` records the
+//! provider's answer as it streams to the client.
 
 mod admission;
 mod capture;

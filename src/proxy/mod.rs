@@ -1,5 +1,6 @@
-//! Forwarding to upstreams (DESIGN §7): the upstream address of a route, the RFC 9110 header
-//! rules a proxy must apply, the body type the gateway answers with, and the forwarding service.
+//! Forwarding to upstreams (docs/design.md §7): the upstream address of a route, the RFC 9110
+//! header rules a proxy must apply, the body type the gateway answers with, and the forwarding
+//! service.
 
 mod body;
 mod client_stream;

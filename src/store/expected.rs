@@ -1,6 +1,6 @@
 //! The store identity this gateway adopted, shared by a backend's writers so that every advance
 //! and every turn taken compares it in its own atomic step: a store wiped or replaced while the
-//! gateway runs refuses the very first write that would trust it (DESIGN §4).
+//! gateway runs refuses the very first write that would trust it (docs/design.md §4.4).
 
 use std::sync::{Arc, PoisonError, RwLock};
 

@@ -1,6 +1,7 @@
-//! Durable intent records for idempotent calls to providers that cannot be fenced (DESIGN §6):
-//! the record types, the `IntentStore` trait every backend implements, and `decide_begin`, the
-//! one rule for what a new attempt finds — shared by the backends so they cannot disagree.
+//! Durable intent records for idempotent calls to providers that cannot be fenced
+//! (docs/design.md §6): the record types, the `IntentStore` trait every backend implements, and
+//! `decide_begin`, the one rule for what a new attempt finds — shared by the backends so they
+//! cannot disagree.
 
 use serde::{Deserialize, Serialize};
 

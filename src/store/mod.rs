@@ -1,5 +1,5 @@
-//! The fence store: durable high-water marks per resource key behind one trait (DESIGN §4), with
-//! one file per backend chosen by the `[store]` table.
+//! The fence store: durable high-water marks per resource key behind one trait (docs/design.md §4),
+//! with one file per backend chosen by the `[store]` table.
 
 pub mod adoption;
 mod cache;
@@ -132,7 +132,7 @@ pub trait FenceStore: Send + Sync + 'static {
     }
     /// The store's identity record — a random id written the first time any gateway used the
     /// store — created when absent. A store that lost its data (a wiped Redis, a dropped table, a
-    /// new file) comes back with a new id, which is how a gateway notices it (DESIGN §4).
+    /// new file) comes back with a new id, which is how a gateway notices it (docs/design.md §4.4).
     fn identity(&self) -> StoreFuture<'_, StoreIdentity>;
     /// Records the identity of the store this gateway adopted: from then on every advance
     /// compares it in its own atomic step and fails with `Untrusted` on a store that lost it.
@@ -149,7 +149,7 @@ pub trait FenceStore: Send + Sync + 'static {
     }
 }
 
-/// The comparison rule of DESIGN §2, shared by every backend.
+/// The comparison rule of docs/design.md §2.3, shared by every backend.
 ///
 /// ```
 /// use fencegate::config::Compare;

@@ -1,6 +1,7 @@
-//! A key's turn across replicas, kept in the store as a lease (DESIGN §4): the trait each network
-//! backend implements (`postgres_turns.rs`, `redis/turns.rs`) and what one take, release or renewal names.
-//! A turn belongs to one replica (`holder`, random per process) and is numbered within it.
+//! A key's turn across replicas, kept in the store as a lease (docs/design.md §4.5): the trait each
+//! network backend implements (`postgres_turns.rs`, `redis/turns.rs`) and what one take, release or
+//! renewal names. A turn belongs to one replica (`holder`, random per process) and is numbered
+//! within it.
 
 use std::time::Duration;
 

@@ -32,6 +32,36 @@ async fn eventually(gw: &TestGateway, path: &str, token: &str, status: u16) -> s
     }
 }
 
+/// `on_store_error = "fail_open"` trades fencing for availability when the store *fails*; a store
+/// that answers but forgot its marks is not a failure to ride out, and forwarding unchecked would
+/// re-admit every zombie. Before the fix such a route forwarded the zombie's write.
+#[tokio::test]
+async fn a_fail_open_route_still_refuses_a_store_that_forgot() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let dir = tempfile::tempdir().unwrap();
+    let route = format!(
+        "{}on_store_error = \"fail_open\"\n",
+        fenced_route("inv", &upstream.url(), "enforce", "monotonic")
+    );
+    let gw = TestGateway::start_in(dir.path(), &route).await;
+    let first = send("POST", &gw.url("/inv/1"), &[("x-fence", "10")], "").await;
+    assert_eq!(first.status, 200);
+    gw.stop().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.path().join(format!("fencegate.db{suffix}")));
+    }
+    let gw = TestGateway::start_in(dir.path(), &route).await;
+    let zombie = send("POST", &gw.url("/inv/1"), &[("x-fence", "5")], "").await;
+    assert_eq!(zombie.status, 503, "{:?}", zombie.body);
+    assert_eq!(zombie.problem_slug(), "store-untrusted");
+    assert_eq!(
+        upstream.seen().len(),
+        1,
+        "only the first write reached the upstream"
+    );
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn a_new_embedded_file_is_refused_until_an_operator_adopts_it() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;

@@ -302,7 +302,18 @@ fn refuse_stale(route: &CompiledRoute, key: String, token: u64, current: u64) ->
 
 /// Whether the route forwards despite this store failure.
 fn fails_open(route: &CompiledRoute, refusal: &GatewayError) -> bool {
-    route.fence.on_store_error == OnStoreError::FailOpen && refusal.origin() == Origin::Store
+    // A store that answers but is not trusted (it forgot marks, or is not the adopted one) has
+    // not failed: forwarding unchecked past it would re-admit every zombie. Refused, always.
+    let untrusted = matches!(
+        refusal,
+        GatewayError::StoreFailed {
+            source: StoreError::Untrusted { .. },
+            ..
+        }
+    );
+    route.fence.on_store_error == OnStoreError::FailOpen
+        && refusal.origin() == Origin::Store
+        && !untrusted
 }
 
 /// Observe mode: the refusal is counted (by the check) and logged, and the request goes on.

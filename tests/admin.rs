@@ -45,6 +45,12 @@ fn promtool_check(text: &str) {
     );
 }
 
+/// A gateway with the fenced route `inv` to `upstream` and an admin listener with [`TOKEN`].
+async fn fenced_with_admin(upstream: &RecordingUpstream) -> TestGateway {
+    let route = fenced_route("inv", &upstream.url(), "enforce", "monotonic");
+    TestGateway::builder(&route).admin(TOKEN).start().await
+}
+
 fn sample(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|line| {
@@ -57,11 +63,7 @@ fn sample(text: &str, series: &str) -> f64 {
 #[tokio::test]
 async fn metrics_parse_and_move_as_requests_are_refused() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let gw = TestGateway::start_with_admin(
-        &fenced_route("inv", &upstream.url(), "enforce", "monotonic"),
-        TOKEN,
-    )
-    .await;
+    let gw = fenced_with_admin(&upstream).await;
     let before = send("GET", &gw.admin_url("/metrics"), &[], "").await;
     assert_eq!(before.status, 200, "metrics need no token by default");
     let before = String::from_utf8(before.body.to_vec()).unwrap();
@@ -156,11 +158,7 @@ async fn metrics_parse_and_move_as_requests_are_refused() {
 #[tokio::test]
 async fn health_readiness_and_auth() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let gw = TestGateway::start_with_admin(
-        &fenced_route("inv", &upstream.url(), "enforce", "monotonic"),
-        TOKEN,
-    )
-    .await;
+    let gw = fenced_with_admin(&upstream).await;
     assert_eq!(
         send("GET", &gw.admin_url("/healthz"), &[], "").await.status,
         200
@@ -189,11 +187,7 @@ async fn health_readiness_and_auth() {
 #[tokio::test]
 async fn marks_are_read_and_raised_but_never_lowered() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let gw = TestGateway::start_with_admin(
-        &fenced_route("inv", &upstream.url(), "enforce", "monotonic"),
-        TOKEN,
-    )
-    .await;
+    let gw = fenced_with_admin(&upstream).await;
     assert_eq!(admin_get(&gw, "/admin/fences/inv:1").await.status, 404);
     assert_eq!(
         send("POST", &gw.url("/inv/1"), &[("x-fence", "7")], "")
@@ -251,7 +245,7 @@ async fn intents_are_listed_for_reconciliation() {
         "[[routes]]\nname = \"payouts\"\npath = \"/payouts/{{id}}\"\nupstream = \"{}\"\nresource_key = \"payout:{{id}}\"\n\n[routes.idempotency]\nkey = \"payout:{{id}}\"\n",
         provider.url()
     );
-    let gw = TestGateway::start_with_admin(&route, TOKEN).await;
+    let gw = TestGateway::builder(&route).admin(TOKEN).start().await;
     provider.fail_next(support::provider::Fault::Answer500);
     assert_eq!(
         send("POST", &gw.url("/payouts/1"), &[("x-fence", "1")], "{}")
@@ -279,10 +273,14 @@ async fn probes_can_require_the_token_too() {
     let admin = format!(
         "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\nprobes_require_token = true\n\n"
     );
-    let gw = TestGateway::start_with_admin_toml(
-        &fenced_route("inv", &upstream.url(), "enforce", "monotonic"),
-        &admin,
-    )
+    let gw = TestGateway::builder(&fenced_route(
+        "inv",
+        &upstream.url(),
+        "enforce",
+        "monotonic",
+    ))
+    .admin_toml(&admin)
+    .start()
     .await;
     for probe in ["/metrics", "/healthz", "/readyz"] {
         assert_eq!(
@@ -300,10 +298,14 @@ async fn every_admin_endpoint_refuses_a_missing_or_wrong_token() {
     let admin = format!(
         "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\nprobes_require_token = true\n\n"
     );
-    let gw = TestGateway::start_with_admin_toml(
-        &fenced_route("inv", &upstream.url(), "enforce", "monotonic"),
-        &admin,
-    )
+    let gw = TestGateway::builder(&fenced_route(
+        "inv",
+        &upstream.url(),
+        "enforce",
+        "monotonic",
+    ))
+    .admin_toml(&admin)
+    .start()
     .await;
     let endpoints = [
         ("GET", "/admin/fences/inv:1", ""),
@@ -344,11 +346,7 @@ async fn every_admin_endpoint_refuses_a_missing_or_wrong_token() {
 async fn an_abandoned_request_leaves_the_in_flight_gauge() {
     use tokio::io::AsyncWriteExt as _;
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let gw = TestGateway::start_with_admin(
-        &fenced_route("inv", &upstream.url(), "enforce", "monotonic"),
-        TOKEN,
-    )
-    .await;
+    let gw = fenced_with_admin(&upstream).await;
     let series = "fencegate_inflight_requests{route=\"inv\"}";
     let gauge = || async {
         let text = send("GET", &gw.admin_url("/metrics"), &[], "").await.body;

@@ -80,7 +80,11 @@ async fn start(
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
     let dir = tempfile::tempdir().expect("temp dir");
     let store = store_toml(dir.path());
-    let gw = TestGateway::start_with_store_config(dir.path(), &store, &routes(&upstream)).await;
+    let gw = TestGateway::builder(&routes(&upstream))
+        .in_dir(dir.path())
+        .store_toml(&store)
+        .start()
+        .await;
     (gw, upstream, dir)
 }
 

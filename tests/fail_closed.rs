@@ -43,8 +43,11 @@ async fn until_status(gw: &TestGateway, path: &str, token: &str, status: u16) {
 async fn store_trouble_is_refused_and_recovers(store_toml: String, relay: Relay) {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
     let dir = tempfile::tempdir().unwrap();
-    let gw =
-        TestGateway::start_with_store_config(dir.path(), &store_toml, &routes(&upstream)).await;
+    let gw = TestGateway::builder(&routes(&upstream))
+        .in_dir(dir.path())
+        .store_toml(&store_toml)
+        .start()
+        .await;
     assert_eq!(
         send("POST", &gw.url("/closed/1"), &[("x-fence", "10")], "")
             .await

@@ -196,7 +196,11 @@ async fn cell(name: &str, fault: Fault, backing: &Backing) {
         Gateway::start_process(backing.dir.path(), &backing.toml(), &route).await
     } else {
         Gateway::InProcess(
-            TestGateway::start_with_store_config(backing.dir.path(), &backing.toml(), &route).await,
+            TestGateway::builder(&route)
+                .in_dir(backing.dir.path())
+                .store_toml(&backing.toml())
+                .start()
+                .await,
         )
     };
     let clients = Arc::new(Clients::new(gateway.base()));

@@ -79,7 +79,11 @@ impl Setup {
             "[[routes]]\nname = \"payouts\"\npath = \"/payouts/{{id}}\"\nupstream = \"{}\"\nresource_key = \"payout:{{id}}\"\ntimeout = \"500ms\"\n\n[routes.idempotency]\nkey = \"payout:{{id}}\"\n{idempotency_extra}\n",
             provider.url()
         );
-        let gw = TestGateway::start_with_store_config(dir.path(), &store, &routes).await;
+        let gw = TestGateway::builder(&routes)
+            .in_dir(dir.path())
+            .store_toml(&store)
+            .start()
+            .await;
         Setup {
             gw,
             provider,

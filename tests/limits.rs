@@ -86,8 +86,10 @@ async fn a_chunked_body_growing_past_max_body_is_cut_off_with_413() {
 #[tokio::test]
 async fn too_many_header_fields_get_431() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let gw =
-        TestGateway::start_with_server_options("max_headers = 8", &route(&upstream.url())).await;
+    let gw = TestGateway::builder(&route(&upstream.url()))
+        .server_options("max_headers = 8")
+        .start()
+        .await;
     let head = |extra: usize| {
         let mut request =
             b"POST /inv/1 HTTP/1.1\r\nHost: gw\r\nX-Fence: 1\r\nConnection: close\r\nContent-Length: 0\r\n"
@@ -114,7 +116,10 @@ async fn too_many_header_fields_get_431() {
 #[tokio::test]
 async fn the_default_header_field_limit_is_100() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let gw = TestGateway::start_with_server_options("", &route(&upstream.url())).await;
+    let gw = TestGateway::builder(&route(&upstream.url()))
+        .server_options("")
+        .start()
+        .await;
     let head = |fields: usize| {
         let mut request = b"GET /inv/1 HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n".to_vec();
         for i in 2..fields {
@@ -162,7 +167,10 @@ async fn connections_over_max_connections_get_a_503_and_are_closed() {
         "{}[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n",
         route(&upstream.url())
     );
-    let gw = TestGateway::start_with_server_options("max_connections = 2", &routes).await;
+    let gw = TestGateway::builder(&routes)
+        .server_options("max_connections = 2")
+        .start()
+        .await;
     assert_eq!(refused_connections(&gw).await, 0);
     // Two idle connections take both places (the listener accepts in connection order).
     let first = TcpStream::connect(gw.addr).await.expect("connect");

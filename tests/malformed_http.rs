@@ -235,11 +235,10 @@ fn refused_cases() -> Vec<Case> {
 #[tokio::test]
 async fn malformed_requests_are_refused_and_never_forwarded() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let gw = TestGateway::start_with_server_options(
-        "max_header_bytes = \"8KiB\"",
-        &routes(&upstream.url()),
-    )
-    .await;
+    let gw = TestGateway::builder(&routes(&upstream.url()))
+        .server_options("max_header_bytes = \"8KiB\"")
+        .start()
+        .await;
     let cases = refused_cases();
     assert_eq!(cases.len(), 26);
     for (i, case) in cases.iter().enumerate() {

@@ -24,7 +24,10 @@ async fn stuck_intents_are_listed_and_resolved_by_an_operator() {
         "[[routes]]\nname = \"payouts\"\npath = \"/payouts/{{id}}\"\nupstream = \"{}\"\nresource_key = \"payout:{{id}}\"\n\n[routes.idempotency]\nkey = \"payout:{{id}}\"\n",
         provider.url()
     );
-    let gw = TestGateway::start_in(dir.path(), &route).await;
+    let gw = TestGateway::builder(&route)
+        .in_dir(dir.path())
+        .start()
+        .await;
     provider.fail_next(Fault::Answer500);
     provider.fail_next(Fault::Answer500);
     for id in ["1", "2"] {
@@ -107,7 +110,10 @@ async fn stuck_intents_are_listed_and_resolved_by_an_operator() {
     ]);
     assert!(!unknown.status.success());
 
-    let gw = TestGateway::start_in(dir.path(), &route).await;
+    let gw = TestGateway::builder(&route)
+        .in_dir(dir.path())
+        .start()
+        .await;
     let replay = send("POST", &gw.url("/payouts/1"), &[("x-fence", "1")], "{}").await;
     assert_eq!(
         (replay.status.as_u16(), &replay.body[..]),

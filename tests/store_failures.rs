@@ -62,8 +62,10 @@ fn route(upstream: &RecordingUpstream, mode: &str) -> String {
 #[tokio::test]
 async fn a_failing_store_refuses_with_503_and_forwards_nothing() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let gw =
-        TestGateway::start_with_store(&route(&upstream, "enforce"), Arc::new(FailingStore)).await;
+    let gw = TestGateway::builder(&route(&upstream, "enforce"))
+        .store(Arc::new(FailingStore))
+        .start()
+        .await;
     let reply = send("POST", &gw.url("/pay/1"), &[("x-fence", "1")], "").await;
     assert_eq!(reply.status, 503);
     assert_eq!(reply.header("retry-after"), Some("1"));
@@ -82,8 +84,10 @@ async fn a_failing_store_refuses_with_503_and_forwards_nothing() {
 #[tokio::test]
 async fn a_stalled_store_is_given_up_on_after_store_timeout() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let gw =
-        TestGateway::start_with_store(&route(&upstream, "enforce"), Arc::new(StallingStore)).await;
+    let gw = TestGateway::builder(&route(&upstream, "enforce"))
+        .store(Arc::new(StallingStore))
+        .start()
+        .await;
     let started = Instant::now();
     let reply = send("POST", &gw.url("/pay/1"), &[("x-fence", "1")], "").await;
     let waited = started.elapsed();
@@ -99,8 +103,10 @@ async fn a_stalled_store_is_given_up_on_after_store_timeout() {
 #[tokio::test]
 async fn observe_mode_forwards_through_store_failures() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let gw =
-        TestGateway::start_with_store(&route(&upstream, "observe"), Arc::new(FailingStore)).await;
+    let gw = TestGateway::builder(&route(&upstream, "observe"))
+        .store(Arc::new(FailingStore))
+        .start()
+        .await;
     let reply = send("POST", &gw.url("/pay/1"), &[("x-fence", "1")], "").await;
     assert_eq!(reply.status, 200);
     assert_eq!(upstream.seen().len(), 1);

@@ -43,14 +43,20 @@ async fn a_fail_open_route_still_refuses_a_store_that_forgot() {
         "{}on_store_error = \"fail_open\"\n",
         fenced_route("inv", &upstream.url(), "enforce", "monotonic")
     );
-    let gw = TestGateway::start_in(dir.path(), &route).await;
+    let gw = TestGateway::builder(&route)
+        .in_dir(dir.path())
+        .start()
+        .await;
     let first = send("POST", &gw.url("/inv/1"), &[("x-fence", "10")], "").await;
     assert_eq!(first.status, 200);
     gw.stop().await;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(dir.path().join(format!("fencegate.db{suffix}")));
     }
-    let gw = TestGateway::start_in(dir.path(), &route).await;
+    let gw = TestGateway::builder(&route)
+        .in_dir(dir.path())
+        .start()
+        .await;
     let zombie = send("POST", &gw.url("/inv/1"), &[("x-fence", "5")], "").await;
     assert_eq!(zombie.status, 503, "{:?}", zombie.body);
     assert_eq!(zombie.problem_slug(), "store-untrusted");
@@ -67,7 +73,10 @@ async fn a_new_embedded_file_is_refused_until_an_operator_adopts_it() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
     let dir = tempfile::tempdir().unwrap();
     let route = fenced_route("inv", &upstream.url(), "enforce", "monotonic");
-    let gw = TestGateway::start_in(dir.path(), &route).await;
+    let gw = TestGateway::builder(&route)
+        .in_dir(dir.path())
+        .start()
+        .await;
     assert_eq!(
         send("POST", &gw.url("/inv/1"), &[("x-fence", "10")], "")
             .await
@@ -80,7 +89,10 @@ async fn a_new_embedded_file_is_refused_until_an_operator_adopts_it() {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(dir.path().join(format!("fencegate.db{suffix}")));
     }
-    let gw = TestGateway::start_in(dir.path(), &route).await;
+    let gw = TestGateway::builder(&route)
+        .in_dir(dir.path())
+        .start()
+        .await;
     let zombie = send("POST", &gw.url("/inv/1"), &[("x-fence", "5")], "").await;
     assert_eq!(
         zombie.status, 503,
@@ -114,7 +126,10 @@ async fn the_adopt_command_records_the_store_for_the_next_start() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
     let dir = tempfile::tempdir().unwrap();
     let route = fenced_route("inv", &upstream.url(), "enforce", "monotonic");
-    let gw = TestGateway::start_in(dir.path(), &route).await;
+    let gw = TestGateway::builder(&route)
+        .in_dir(dir.path())
+        .start()
+        .await;
     gw.stop().await;
     std::fs::remove_file(dir.path().join("fencegate.db")).unwrap();
     let config = dir.path().join("fencegate.toml");
@@ -134,7 +149,10 @@ async fn the_adopt_command_records_the_store_for_the_next_start() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(String::from_utf8_lossy(&output.stdout).contains("adopted embedded store"));
-    let gw = TestGateway::start_in(dir.path(), &route).await;
+    let gw = TestGateway::builder(&route)
+        .in_dir(dir.path())
+        .start()
+        .await;
     assert_eq!(
         send("POST", &gw.url("/inv/1"), &[("x-fence", "1")], "")
             .await
@@ -153,7 +171,11 @@ async fn a_postgres_store_that_forgets_while_serving_is_refused() {
         "[store]\nbackend = \"postgres\"\nurl = \"{TEST_POSTGRES_URL}\"\nschema = \"{schema}\"\n"
     );
     let route = fenced_route("inv", &upstream.url(), "enforce", "monotonic");
-    let gw = TestGateway::start_with_store_config(dir.path(), &store, &route).await;
+    let gw = TestGateway::builder(&route)
+        .in_dir(dir.path())
+        .store_toml(&store)
+        .start()
+        .await;
     assert_eq!(
         send("POST", &gw.url("/inv/1"), &[("x-fence", "10")], "")
             .await
@@ -217,7 +239,11 @@ async fn a_wiped_redis_is_refused_while_serving() {
         support::redis::redis_url()
     );
     let route = fenced_route("inv", &upstream.url(), "enforce", "monotonic");
-    let gw = TestGateway::start_with_store_config(dir.path(), &store, &route).await;
+    let gw = TestGateway::builder(&route)
+        .in_dir(dir.path())
+        .store_toml(&store)
+        .start()
+        .await;
     assert_eq!(
         send("POST", &gw.url("/inv/1"), &[("x-fence", "10")], "")
             .await

@@ -110,7 +110,11 @@ async fn a_mark_raised_elsewhere_is_read_from_the_store_before_refusing() {
         docs_route(&upstream.url(), "enforce", "max_advance = 10"),
         bulk_route(&upstream.url())
     );
-    let gw = TestGateway::start_with_store_config(temp.path(), &store, &routes).await;
+    let gw = TestGateway::builder(&routes)
+        .in_dir(temp.path())
+        .store_toml(&store)
+        .start()
+        .await;
     assert_eq!(write(&gw.url("/bulk/4"), "1000").await.status, 200);
     assert_eq!(write(&gw.url("/docs/4"), "1010").await.status, 200);
     let refused = write(&gw.url("/docs/4"), "1021").await;
@@ -155,11 +159,10 @@ async fn claims_are_held_to_the_smallest_max_advance() {
 #[tokio::test]
 async fn refusals_are_counted_in_the_rejection_metric() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let gw = TestGateway::start_with_admin(
-        &docs_route(&upstream.url(), "enforce", "max_advance = 10"),
-        ADMIN_TOKEN,
-    )
-    .await;
+    let gw = TestGateway::builder(&docs_route(&upstream.url(), "enforce", "max_advance = 10"))
+        .admin(ADMIN_TOKEN)
+        .start()
+        .await;
     assert_eq!(write(&gw.url("/docs/7"), "99").await.status, 409);
     let bearer = format!("Bearer {ADMIN_TOKEN}");
     let metrics = send(

@@ -23,58 +23,98 @@ pub struct TestGateway {
     _temp: Option<tempfile::TempDir>,
 }
 
+/// How a test gateway is to start: its routes, and what differs from a fresh embedded store in a
+/// temporary directory with no admin listener.
+pub struct GatewayBuilder {
+    routes_toml: String,
+    dir: Option<PathBuf>,
+    store: Option<Arc<dyn FenceStore>>,
+    store_toml: Option<String>,
+    admin_toml: Option<String>,
+    server_options: String,
+}
+
+impl GatewayBuilder {
+    /// State (and the embedded store) in `dir`, kept across restarts, instead of a fresh one.
+    pub fn in_dir(mut self, dir: &Path) -> GatewayBuilder {
+        self.dir = Some(dir.to_owned());
+        self
+    }
+
+    /// A store the test made (a failing or stalling one, say); the adoption check is skipped.
+    pub fn store(mut self, store: Arc<dyn FenceStore>) -> GatewayBuilder {
+        self.store = Some(store);
+        self
+    }
+
+    /// This whole `[store]` table instead of the embedded store.
+    pub fn store_toml(mut self, store_toml: &str) -> GatewayBuilder {
+        self.store_toml = Some(store_toml.to_owned());
+        self
+    }
+
+    /// An admin listener with bearer `token`.
+    pub fn admin(self, token: &str) -> GatewayBuilder {
+        let admin = format!("[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{token}\"\n\n");
+        self.admin_toml(&admin)
+    }
+
+    /// This `[admin]` table (which must listen on `127.0.0.1:0`).
+    pub fn admin_toml(mut self, admin: &str) -> GatewayBuilder {
+        self.admin_toml = Some(admin.to_owned());
+        self
+    }
+
+    /// These TOML lines in the `[server]` table too.
+    pub fn server_options(mut self, options: &str) -> GatewayBuilder {
+        self.server_options = options.to_owned();
+        self
+    }
+
+    pub async fn start(self) -> TestGateway {
+        let temp = match &self.dir {
+            Some(_) => None,
+            None => Some(tempfile::tempdir().expect("temp dir")),
+        };
+        let dir = self
+            .dir
+            .clone()
+            .or_else(|| temp.as_ref().map(|t| t.path().to_owned()))
+            .expect("a directory");
+        let store_toml = self.store_toml.unwrap_or_else(|| embedded_store(&dir));
+        let mut text = config_text_with_store(&dir, "127.0.0.1:0", &store_toml, &self.routes_toml);
+        if !self.server_options.is_empty() {
+            text = text.replacen(
+                "[server]\n",
+                &format!("[server]\n{}\n", self.server_options),
+                1,
+            );
+        }
+        if let Some(admin) = &self.admin_toml {
+            text.push_str(admin);
+        }
+        let mut gateway = TestGateway::start_text(&dir, &text, self.store).await;
+        gateway._temp = temp;
+        gateway
+    }
+}
+
 impl TestGateway {
     /// Starts a gateway with `routes_toml` (one or more `[[routes]]` tables) on a fresh store.
     pub async fn start(routes_toml: &str) -> TestGateway {
-        let temp = tempfile::tempdir().expect("temp dir");
-        let dir = temp.path().to_owned();
-        let mut gateway = TestGateway::start_in(&dir, routes_toml).await;
-        gateway._temp = Some(temp);
-        gateway
+        TestGateway::builder(routes_toml).start().await
     }
 
-    /// Starts a gateway whose store lives in `dir` (reused across restarts).
-    pub async fn start_in(dir: &Path, routes_toml: &str) -> TestGateway {
-        TestGateway::start_on(dir, routes_toml, None).await
-    }
-
-    /// Starts a gateway on a store the test made (a failing or stalling one, say).
-    pub async fn start_with_store(routes_toml: &str, store: Arc<dyn FenceStore>) -> TestGateway {
-        let temp = tempfile::tempdir().expect("temp dir");
-        let mut gateway = TestGateway::start_on(temp.path(), routes_toml, Some(store)).await;
-        gateway._temp = Some(temp);
-        gateway
-    }
-
-    /// Starts a gateway with an admin listener (bearer `token`) on a fresh embedded store.
-    pub async fn start_with_admin(routes_toml: &str, token: &str) -> TestGateway {
-        let admin = format!("[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{token}\"\n\n");
-        TestGateway::start_with_admin_toml(routes_toml, &admin).await
-    }
-
-    /// Starts a gateway with the given `[admin]` table (which must listen on `127.0.0.1:0`).
-    pub async fn start_with_admin_toml(routes_toml: &str, admin: &str) -> TestGateway {
-        let temp = tempfile::tempdir().expect("temp dir");
-        let text = format!(
-            "{}{admin}",
-            config_text(temp.path(), "127.0.0.1:0", routes_toml)
-        );
-        let mut gateway = TestGateway::start_text(temp.path(), &text, None).await;
-        gateway._temp = Some(temp);
-        gateway
-    }
-
-    /// Starts a gateway whose `[server]` table also has `server_options` (TOML lines).
-    pub async fn start_with_server_options(server_options: &str, routes_toml: &str) -> TestGateway {
-        let temp = tempfile::tempdir().expect("temp dir");
-        let text = config_text(temp.path(), "127.0.0.1:0", routes_toml).replacen(
-            "[server]\n",
-            &format!("[server]\n{server_options}\n"),
-            1,
-        );
-        let mut gateway = TestGateway::start_text(temp.path(), &text, None).await;
-        gateway._temp = Some(temp);
-        gateway
+    /// A gateway with `routes_toml`, to be set up further before it starts.
+    pub fn builder(routes_toml: &str) -> GatewayBuilder {
+        GatewayBuilder {
+            routes_toml: routes_toml.to_owned(),
+            dir: None,
+            store: None,
+            store_toml: None,
+            admin_toml: None,
+            server_options: String::new(),
+        }
     }
 
     pub fn admin_url(&self, path: &str) -> String {
@@ -89,15 +129,6 @@ impl TestGateway {
     ) -> TestGateway {
         let text = config_text_with_store(dir, "127.0.0.1:0", store_toml, routes_toml);
         TestGateway::start_text(dir, &text, None).await
-    }
-
-    async fn start_on(
-        dir: &Path,
-        routes_toml: &str,
-        store: Option<Arc<dyn FenceStore>>,
-    ) -> TestGateway {
-        let text = config_text(dir, "127.0.0.1:0", routes_toml);
-        TestGateway::start_text(dir, &text, store).await
     }
 
     async fn start_text(dir: &Path, text: &str, store: Option<Arc<dyn FenceStore>>) -> TestGateway {

@@ -154,40 +154,34 @@ where
             }
             let key = admitted.key.clone();
             request.extensions_mut().insert(admitted);
-            // On an upstream error or timeout the passes drop here, after the upstream call
-            // (and with it its connection) has been dropped.
-            let Some(deadline) = passes.shared.as_ref().map(SharedPass::deadline) else {
-                let response = inner.call(request).await?;
-                let until = tokio::time::Instant::now() + route.timeout;
-                let (head, body) = response.into_parts();
-                return match read_ahead(body, route.fence.response_read_ahead, &budget, until).await
-                {
-                    // The upstream is done: the key's turn ends here, whatever the client does.
-                    Ok(ReadAhead::Whole(body)) => Ok(Response::from_parts(head, body)),
-                    Ok(ReadAhead::Partial(body)) => Ok(Response::from_parts(
-                        head,
-                        GatedBody::new(body, passes).boxed(),
-                    )),
-                    Err(_) => Err(GatewayError::UpstreamBodyFailed {
-                        route: route.name.clone(),
-                    }),
-                };
+            // The forward, and how long its response may be read ahead: the route's timeout, or
+            // under a cross-replica turn until shortly before the turn's deadline. On an upstream
+            // error or timeout the passes drop here, after the upstream call (and with it its
+            // connection) has been dropped.
+            let (response, until) = match passes.shared.as_ref().map(SharedPass::deadline) {
+                None => (
+                    inner.call(request).await?,
+                    tokio::time::Instant::now() + route.timeout,
+                ),
+                Some(deadline) => {
+                    let response = tokio::time::timeout_at(deadline, inner.call(request))
+                        .await
+                        .map_err(|_| GatewayError::TurnLapsed {
+                            route: route.name.clone(),
+                            key,
+                        })??;
+                    let renewed = passes
+                        .shared
+                        .as_ref()
+                        .map_or(deadline, SharedPass::deadline);
+                    let until = renewed.checked_sub(READ_AHEAD_SLACK).unwrap_or(deadline);
+                    (response, until)
+                }
             };
-            let response = tokio::time::timeout_at(deadline, inner.call(request))
-                .await
-                .map_err(|_| GatewayError::TurnLapsed {
-                    route: route.name.clone(),
-                    key,
-                })??;
-            let until = passes
-                .shared
-                .as_ref()
-                .map_or(deadline, SharedPass::deadline)
-                .checked_sub(READ_AHEAD_SLACK)
-                .unwrap_or(deadline);
             let (head, body) = response.into_parts();
             let body = match read_ahead(body, route.fence.response_read_ahead, &budget, until).await
             {
+                // The upstream is done: the key's turn ends here, whatever the client does.
                 Ok(ReadAhead::Whole(body)) => return Ok(Response::from_parts(head, body)),
                 Ok(ReadAhead::Partial(body)) => body,
                 Err(_) => {
@@ -196,8 +190,7 @@ where
                     })
                 }
             };
-            let watch = passes.shared.as_ref().map(SharedPass::watch);
-            let body = match watch {
+            let body = match passes.shared.as_ref().map(SharedPass::watch) {
                 Some(watch) => GatedBody::watched(body, watch, passes).boxed(),
                 None => GatedBody::new(body, passes).boxed(),
             };

@@ -9,9 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::client::try_send;
 use super::process::free_port;
 use super::send;
 
+/// Ports tried before a framework's start counts as failed.
+const START_ATTEMPTS: usize = 3;
 /// How long a framework may take to accept connections (Go compiles first).
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -71,12 +74,42 @@ fn spawn(command: &mut Command, what: &str) -> Child {
 }
 
 impl FrameworkUpstream {
+    /// Starts `framework` on a free port. The port is free when it is picked but is given to the
+    /// framework only when it binds it, so another socket can take it in between: then the
+    /// framework exits at start, or an impostor answers on its port. Either way a new port is
+    /// tried (at most [`START_ATTEMPTS`] in all).
     pub async fn start(framework: Framework) -> FrameworkUpstream {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let addr = free_port();
+        let mut last = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let addr = free_port();
+            let child = FrameworkUpstream::spawn_on(framework, &dir, addr);
+            let mut upstream = FrameworkUpstream {
+                framework,
+                addr,
+                child,
+                dir,
+                seen: 0,
+                files: BTreeMap::new(),
+            };
+            match upstream.wait_ready().await {
+                Ok(()) => {
+                    upstream.files = upstream.snapshot();
+                    return upstream;
+                }
+                Err(why) => last = why,
+            }
+        }
+        panic!(
+            "{} did not start in {START_ATTEMPTS} attempts: {last}; run tests/upstreams/install.sh",
+            framework.name()
+        );
+    }
+
+    fn spawn_on(framework: Framework, dir: &tempfile::TempDir, addr: SocketAddr) -> Child {
         let port = addr.port().to_string();
         let here = upstreams_dir();
-        let child = match framework {
+        match framework {
             Framework::Flask => spawn(
                 Command::new("python3")
                     .arg(here.join("flask_app.py"))
@@ -138,38 +171,42 @@ impl FrameworkUpstream {
                     "nginx",
                 )
             }
-        };
-        let mut upstream = FrameworkUpstream {
-            framework,
-            addr,
-            child,
-            dir,
-            seen: 0,
-            files: BTreeMap::new(),
-        };
-        upstream.wait_ready().await;
-        upstream.files = upstream.snapshot();
-        upstream
+        }
     }
 
-    async fn wait_ready(&mut self) {
+    /// Waits until the framework itself answers on its port; `Err` if it exited first.
+    async fn wait_ready(&mut self) -> Result<(), String> {
         let started = Instant::now();
         loop {
-            if tokio::net::TcpStream::connect(self.addr).await.is_ok() {
-                return;
-            }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "{} exited at start ({status}); run tests/upstreams/install.sh",
-                    self.framework.name()
-                );
+                return Err(format!("it exited at start ({status}) on {}", self.addr));
+            }
+            if self.answers_as_itself().await {
+                return Ok(());
             }
             assert!(
                 started.elapsed() < STARTUP_TIMEOUT,
-                "{} did not accept connections within {STARTUP_TIMEOUT:?}",
+                "{} did not answer within {STARTUP_TIMEOUT:?}",
                 self.framework.name()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Whether what answers on the port is this framework: its record endpoint, or nginx's name.
+    async fn answers_as_itself(&self) -> bool {
+        let probe = match self.framework {
+            Framework::NginxDav => "/",
+            _ => "/_record",
+        };
+        let Ok(reply) = try_send("GET", &self.url(probe), &[], "").await else {
+            return false;
+        };
+        match self.framework {
+            Framework::NginxDav => reply
+                .header("server")
+                .is_some_and(|server| server.starts_with("nginx")),
+            _ => reply.status == 200 && reply.json().is_array(),
         }
     }
 

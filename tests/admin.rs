@@ -47,8 +47,17 @@ fn promtool_check(text: &str) {
 
 /// A gateway with the fenced route `inv` to `upstream` and an admin listener with [`TOKEN`].
 async fn fenced_with_admin(upstream: &RecordingUpstream) -> TestGateway {
+    fenced_with_admin_toml(upstream, "").await
+}
+
+/// Like [`fenced_with_admin`], with `options` (TOML lines) in the `[admin]` table.
+async fn fenced_with_admin_toml(upstream: &RecordingUpstream, options: &str) -> TestGateway {
     let route = fenced_route("inv", &upstream.url(), "enforce", "monotonic");
-    TestGateway::builder(&route).admin(TOKEN).start().await
+    let admin = format!("[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n{options}\n");
+    TestGateway::builder(&route)
+        .admin_toml(&admin)
+        .start()
+        .await
 }
 
 fn sample(text: &str, series: &str) -> f64 {
@@ -270,18 +279,7 @@ async fn intents_are_listed_for_reconciliation() {
 #[tokio::test]
 async fn probes_can_require_the_token_too() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let admin = format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\nprobes_require_token = true\n\n"
-    );
-    let gw = TestGateway::builder(&fenced_route(
-        "inv",
-        &upstream.url(),
-        "enforce",
-        "monotonic",
-    ))
-    .admin_toml(&admin)
-    .start()
-    .await;
+    let gw = fenced_with_admin_toml(&upstream, "probes_require_token = true\n").await;
     for probe in ["/metrics", "/healthz", "/readyz"] {
         assert_eq!(
             send("GET", &gw.admin_url(probe), &[], "").await.status,
@@ -295,18 +293,7 @@ async fn probes_can_require_the_token_too() {
 #[tokio::test]
 async fn every_admin_endpoint_refuses_a_missing_or_wrong_token() {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let admin = format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\nprobes_require_token = true\n\n"
-    );
-    let gw = TestGateway::builder(&fenced_route(
-        "inv",
-        &upstream.url(),
-        "enforce",
-        "monotonic",
-    ))
-    .admin_toml(&admin)
-    .start()
-    .await;
+    let gw = fenced_with_admin_toml(&upstream, "probes_require_token = true\n").await;
     let endpoints = [
         ("GET", "/admin/fences/inv:1", ""),
         ("PUT", "/admin/fences/inv:1", "{\"fence\": 99}"),

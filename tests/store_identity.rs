@@ -15,6 +15,13 @@ use support::{send, Behavior, RecordingUpstream, TestGateway};
 /// Several store-check intervals of the test gateways (200 ms each).
 const STORE_CHECKS: Duration = Duration::from_millis(1000);
 
+/// Deletes the embedded store's files in `dir`, keeping the gateway's state (its adoption record).
+fn lose_the_embedded_store(dir: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.join(format!("fencegate.db{suffix}")));
+    }
+}
+
 /// Polls until a fenced write on `path` gets `status`, or fails after a few seconds.
 async fn eventually(gw: &TestGateway, path: &str, token: &str, status: u16) -> support::Reply {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -50,9 +57,7 @@ async fn a_fail_open_route_still_refuses_a_store_that_forgot() {
     let first = send("POST", &gw.url("/inv/1"), &[("x-fence", "10")], "").await;
     assert_eq!(first.status, 200);
     gw.stop().await;
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(dir.path().join(format!("fencegate.db{suffix}")));
-    }
+    lose_the_embedded_store(dir.path());
     let gw = TestGateway::builder(&route)
         .in_dir(dir.path())
         .start()
@@ -86,9 +91,7 @@ async fn a_new_embedded_file_is_refused_until_an_operator_adopts_it() {
     gw.stop().await;
 
     // The store file is lost; the gateway's state directory (its adoption record) is not.
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(dir.path().join(format!("fencegate.db{suffix}")));
-    }
+    lose_the_embedded_store(dir.path());
     let gw = TestGateway::builder(&route)
         .in_dir(dir.path())
         .start()

@@ -40,6 +40,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod admission;
 pub mod app;
 pub mod budget;
 pub mod config;

@@ -1,7 +1,8 @@
 //! `FenceLayer` → `Fence<S>`: the fence check of docs/design.md §2 as a tower layer. It renders the
 //! resource key, reads the token, checks the lock authority's signature and `max_advance` when the
 //! route asks for them, and compare-and-advances the key's mark in the store before the inner
-//! service (and so the upstream) sees the request.
+//! service (and so the upstream) sees the request — unless routing gave the advance to a later
+//! layer ([`AdvanceBy`]).
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -10,56 +11,26 @@ use futures_util::future;
 use http::{Request, Response};
 use tower::{Layer, Service};
 
+use super::advance::{advance, refuse_stale};
 use super::limit::check_max_advance;
 use super::signature::SignatureError;
 use super::token::{read_fence_header, TokenError};
-use crate::config::{FenceMode, OnStoreError, Ordering};
+use crate::admission::{Admission, AdvanceBy};
+use crate::config::{FenceMode, OnStoreError};
 use crate::error::{GatewayError, Origin};
 use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
 use crate::store::{decide, Advance, FenceStore, StoreError};
 
-/// A fenced request the fence admitted: its resource key and token, for the layers after it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Admitted {
-    pub key: String,
-    pub token: u64,
-}
-
-/// A fenced request that passed every check but the compare-and-advance, which a later layer
-/// makes together with work of its own: on an idempotent route the idempotency layer, with
-/// recording the intent (one store round where the backend allows it; see
-/// [`advance_and_begin`](crate::idempotency)); on a serialized route with a cross-replica gate
-/// (PostgreSQL) the ordering gate, in the statement that takes the key's lock. Only under
-/// `mode = "enforce"` with `on_store_error = "fail_closed"`, where a refused advance always
-/// ends the request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeferredAdvance {
-    pub key: String,
-    pub token: u64,
-}
-
-/// What the fence decided for a request it did not refuse.
-enum Verdict {
-    Admitted(Admitted),
-    Deferred(DeferredAdvance),
-}
-
 #[derive(Clone)]
 pub struct FenceLayer {
     store: Arc<dyn FenceStore>,
-    gate_advances: bool,
 }
 
 impl FenceLayer {
-    /// `gate_advances`: the ordering gate can advance a key's mark as it takes the key's
-    /// cross-replica lock, so serialized routes leave the advance to it.
-    pub fn new(store: Arc<dyn FenceStore>, gate_advances: bool) -> FenceLayer {
-        FenceLayer {
-            store,
-            gate_advances,
-        }
+    pub fn new(store: Arc<dyn FenceStore>) -> FenceLayer {
+        FenceLayer { store }
     }
 }
 
@@ -69,7 +40,6 @@ impl<S> Layer<S> for FenceLayer {
     fn layer(&self, inner: S) -> Fence<S> {
         Fence {
             store: Arc::clone(&self.store),
-            gate_advances: self.gate_advances,
             inner,
         }
     }
@@ -78,7 +48,6 @@ impl<S> Layer<S> for FenceLayer {
 #[derive(Clone)]
 pub struct Fence<S> {
     store: Arc<dyn FenceStore>,
-    gate_advances: bool,
     inner: S,
 }
 
@@ -109,21 +78,20 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let store = Arc::clone(&self.store);
-        let defers = defers_advance(&routed.route, self.gate_advances);
+        let by = request
+            .extensions()
+            .get::<AdvanceBy>()
+            .copied()
+            .unwrap_or_default();
         Box::pin(async move {
             let route = routed.route;
             let verdict = match read_key_and_token(&route, &routed.captures, &request) {
-                Ok((key, token)) => {
-                    admit(&route, key, token, &request, store.as_ref(), defers).await
-                }
+                Ok(admission) => admit(&route, admission, &request, store.as_ref(), by).await,
                 Err(refusal) => Err(refusal),
             };
             match (verdict, route.fence.mode) {
-                (Ok(Verdict::Admitted(admitted)), _) => {
-                    request.extensions_mut().insert(admitted);
-                }
-                (Ok(Verdict::Deferred(deferred)), _) => {
-                    request.extensions_mut().insert(deferred);
+                (Ok(admission), _) => {
+                    request.extensions_mut().insert(admission);
                 }
                 (Err(refusal), FenceMode::Observe) => observe(&route, &refusal),
                 (Err(refusal), _) if fails_open(&route, &refusal) => {
@@ -142,7 +110,7 @@ fn read_key_and_token<B>(
     route: &CompiledRoute,
     captures: &crate::route::Captures,
     request: &Request<B>,
-) -> Result<(String, u64), GatewayError> {
+) -> Result<Admission, GatewayError> {
     let counters = &route.counters;
     let Some(template) = &route.resource_key else {
         return Err(GatewayError::Internal(
@@ -173,25 +141,25 @@ fn read_key_and_token<B>(
             error,
         }
     })?;
-    Ok((key, token))
+    Ok(Admission { key, token })
 }
 
 /// The checks after the token is read, cheapest and store-free first: the signature, then
-/// `max_advance`, then the compare-and-advance (or, when `defers`, a look at the cache and the
-/// advance left to a later layer; see [`DeferredAdvance`]). A refused signature never reaches
-/// the store.
+/// `max_advance`, then the compare-and-advance — or, when another layer owns the advance (`by`),
+/// a look at the cache, so that a token it already refuses is answered before the body is read.
+/// A refused signature never reaches the store.
 async fn admit<B>(
     route: &CompiledRoute,
-    key: String,
-    token: u64,
+    admission: Admission,
     request: &Request<B>,
     store: &dyn FenceStore,
-    defers: bool,
-) -> Result<Verdict, GatewayError> {
+    by: AdvanceBy,
+) -> Result<Admission, GatewayError> {
     let counters = &route.counters;
+    let Admission { key, token } = &admission;
     if let Some(signature) = &route.fence.signature {
         signature
-            .verify(request.headers(), &key, token)
+            .verify(request.headers(), key, *token)
             .map_err(|error| {
                 let counter = match error {
                     SignatureError::Missing => &counters.unsigned,
@@ -208,8 +176,8 @@ async fn admit<B>(
     if let Some(max_advance) = route.fence.max_advance {
         let limited = check_max_advance(
             &route.name,
-            &key,
-            token,
+            key,
+            *token,
             max_advance,
             store,
             route.fence.store_timeout,
@@ -224,80 +192,16 @@ async fn admit<B>(
             return Err(refusal);
         }
     }
-    if defers {
-        // A token the cache already refuses is answered now, before the body is read.
-        if let Some(mark) = store.known_mark(&key) {
-            if let Advance::Stale { current } = decide(Some(mark), token, route.fence.compare) {
-                return Err(refuse_stale(route, key, token, current));
+    if by != AdvanceBy::Fence {
+        if let Some(mark) = store.known_mark(key) {
+            if let Advance::Stale { current } = decide(Some(mark), *token, route.fence.compare) {
+                return Err(refuse_stale(route, &admission, current));
             }
         }
-        return Ok(Verdict::Deferred(DeferredAdvance { key, token }));
+        return Ok(admission);
     }
-    let advanced = tokio::time::timeout(
-        route.fence.store_timeout,
-        store.advance(&key, token, route.fence.compare),
-    )
-    .await;
-    judge_advance(route, key, token, advanced).map(|key| Verdict::Admitted(Admitted { key, token }))
-}
-
-/// Whether a later layer makes the route's compare-and-advance (see [`DeferredAdvance`]): the
-/// idempotency layer on an idempotent route, else the ordering gate on a serialized one when
-/// `gate_advances`.
-fn defers_advance(route: &CompiledRoute, gate_advances: bool) -> bool {
-    let later = route.idempotency.is_some()
-        || (gate_advances && route.fence.ordering == Ordering::Serialize);
-    later
-        && route.fence.mode == FenceMode::Enforce
-        && route.fence.on_store_error == OnStoreError::FailClosed
-}
-
-/// Counts a compare-and-advance's answer and turns a refusal into the error that answers the
-/// request; `Ok` carries the key of a request that may pass.
-pub fn judge_advance(
-    route: &CompiledRoute,
-    key: String,
-    token: u64,
-    advanced: Result<Result<Advance, StoreError>, tokio::time::error::Elapsed>,
-) -> Result<String, GatewayError> {
-    let counters = &route.counters;
-    match advanced {
-        Ok(Ok(Advance::Accepted { previous })) => {
-            RouteCounters::bump(&counters.accepted);
-            if previous.is_none_or(|p| token > p) {
-                RouteCounters::bump(&counters.advanced);
-            }
-            Ok(key)
-        }
-        Ok(Ok(Advance::Stale { current })) => Err(refuse_stale(route, key, token, current)),
-        Ok(Err(source)) => {
-            RouteCounters::bump(&counters.store_errors);
-            Err(GatewayError::StoreFailed {
-                route: route.name.clone(),
-                key,
-                source,
-            })
-        }
-        Err(_elapsed) => {
-            RouteCounters::bump(&counters.store_errors);
-            Err(GatewayError::StoreTimeout {
-                route: route.name.clone(),
-                key,
-                after: route.fence.store_timeout,
-            })
-        }
-    }
-}
-
-/// Counts a stale token and makes its refusal.
-fn refuse_stale(route: &CompiledRoute, key: String, token: u64, current: u64) -> GatewayError {
-    RouteCounters::bump(&route.counters.stale);
-    GatewayError::StaleFence {
-        route: route.name.clone(),
-        key,
-        token,
-        current,
-    }
+    advance(route, &admission, store).await?;
+    Ok(admission)
 }
 
 /// Whether the route forwards despite this store failure.

@@ -1,7 +1,7 @@
 //! `GateLayer` → `Gate<S>`: serializes admitted writes per key (route `ordering = "serialize"`).
 //! A request waits for its key's turn (bounded by `gate_timeout`), then re-checks its token: if a
 //! newer one was admitted while it waited, it is refused with 409 and never forwarded. With a
-//! cross-replica gate it also makes the advance the fence left to it, in the store step that
+//! cross-replica gate it also makes the advance routing left to it, in the store step that
 //! takes the key's turn, for a key open in this process; the forward must end before the turn's
 //! deadline.
 
@@ -15,10 +15,11 @@ use tower::{Layer, Service};
 
 use super::read_ahead::{read_ahead, ReadAhead};
 use super::{Busy, GatedBody, Gates, LocalPass, SharedGate, SharedGateError, SharedPass};
+use crate::admission::{Admission, AdvanceBy};
 use crate::budget::MemoryBudget;
 use crate::config::Ordering;
 use crate::error::GatewayError;
-use crate::fence::{judge_advance, Admitted, DeferredAdvance};
+use crate::fence::{advance, bounded, judge};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RouteMatch};
@@ -103,25 +104,21 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request<RequestBody>) -> Self::Future {
+    fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
         let extensions = request.extensions();
         let route = extensions.get::<RouteMatch>().map(|m| &m.route);
-        let admission = match (
-            route,
-            extensions.get::<Admitted>(),
-            extensions.get::<DeferredAdvance>(),
-        ) {
-            (Some(route), Some(admitted), _) if route.fence.ordering != Ordering::None => {
-                (Arc::clone(route), Admission::Made(admitted.clone()))
+        let owes_advance = extensions.get::<AdvanceBy>() == Some(&AdvanceBy::Turn);
+        let (route, admission) = match (route, extensions.get::<Admission>()) {
+            // Routing left the advance to this gate (a serialized route on PostgreSQL).
+            (Some(route), Some(admission)) if owes_advance => {
+                (Arc::clone(route), Arrival::Owed(admission.clone()))
             }
-            // The fence left the advance to this gate (a serialized route on PostgreSQL).
-            (Some(route), None, Some(deferred)) => {
-                (Arc::clone(route), Admission::Deferred(deferred.clone()))
+            (Some(route), Some(admission)) if route.fence.ordering != Ordering::None => {
+                (Arc::clone(route), Arrival::Advanced(admission.clone()))
             }
             // Nothing admitted to serialize: the inner service's own future, not another box.
             _ => return self.inner.call(request),
         };
-        let (route, admission) = admission;
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let gates = self.gates.clone();
@@ -131,9 +128,11 @@ where
         Box::pin(async move {
             let waiting = std::time::Instant::now();
             let entered = match admission {
-                Admission::Made(admitted) => enter(&gates, &route, admitted, LocalTurn::Ask).await,
-                Admission::Deferred(deferred) => {
-                    admit_and_enter(&gates, &route, deferred, store.as_ref()).await
+                Arrival::Advanced(admission) => {
+                    enter(&gates, &route, admission, LocalTurn::Ask).await
+                }
+                Arrival::Owed(admission) => {
+                    advance_and_enter(&gates, &route, admission, store.as_ref()).await
                 }
             };
             metrics
@@ -142,18 +141,17 @@ where
                 .observe(waiting.elapsed().as_secs_f64());
             let Entered {
                 passes,
-                admitted,
+                admission,
                 checked,
             } = entered?;
             if !checked {
-                let cached = || store.known_mark(&admitted.key);
+                let cached = || store.known_mark(&admission.key);
                 match recheck_source(passes.shared.as_ref(), passes._local.waited(), cached) {
-                    Recheck::Known(current) => superseded(current, &route, &admitted)?,
-                    Recheck::AskStore => recheck(store.as_ref(), &route, &admitted).await?,
+                    Recheck::Known(current) => superseded(current, &route, &admission)?,
+                    Recheck::AskStore => recheck(store.as_ref(), &route, &admission).await?,
                 }
             }
-            let key = admitted.key.clone();
-            request.extensions_mut().insert(admitted);
+            let key = admission.key;
             // The forward, and how long its response may be read ahead: the route's timeout, or
             // under a cross-replica turn until shortly before the turn's deadline. On an upstream
             // error or timeout the passes drop here, after the upstream call (and with it its
@@ -200,17 +198,17 @@ where
 }
 
 /// How a request reaches the gate.
-enum Admission {
-    /// The fence admitted it: its mark was advanced before it came here.
-    Made(Admitted),
-    /// The fence left the advance to the gate ([`DeferredAdvance`]).
-    Deferred(DeferredAdvance),
+enum Arrival {
+    /// Its mark was advanced before it came here.
+    Advanced(Admission),
+    /// Routing left its advance to the gate ([`AdvanceBy::Turn`]).
+    Owed(Admission),
 }
 
 /// A request that holds its key's gate.
 struct Entered {
     passes: Passes,
-    admitted: Admitted,
+    admission: Admission,
     /// Whether its token was compared with the key's mark after it entered (its advance was made
     /// under the key's lock), so no re-check is due.
     checked: bool,
@@ -226,32 +224,26 @@ enum LocalTurn {
     Taken(LocalPass),
 }
 
-/// The admission the fence left to the gate. A key open in this process is locked and advanced
-/// in one lock-holder statement, so its token is compared with the mark under the key's lock. A
-/// key busy here is advanced at once, as the fence would have, then waits for its turn and is
+/// The advance routing left to the gate. A key open in this process is locked and advanced in
+/// one lock-holder statement, so its token is compared with the mark under the key's lock. A key
+/// busy here is advanced at once, as the fence would have, then waits for its turn and is
 /// re-checked like any admitted request: a newer token arriving while it waits still supersedes
 /// it.
-async fn admit_and_enter(
+async fn advance_and_enter(
     gates: &Gates,
     route: &CompiledRoute,
-    deferred: DeferredAdvance,
+    admission: Admission,
     store: &dyn FenceStore,
 ) -> Result<Entered, GatewayError> {
-    let DeferredAdvance { key, token } = deferred;
-    let local = match (&gates.shared, gates.local.try_enter(&key)) {
+    let local = match (&gates.shared, gates.local.try_enter(&admission.key)) {
         (Some(shared), Ok(local)) => {
-            return lock_and_advance(shared, local, route, key, token, store).await
+            return lock_and_advance(shared, local, route, admission, store).await
         }
         (None, Ok(local)) => LocalTurn::Taken(local),
         (_, Err(busy)) => LocalTurn::Busy(busy),
     };
-    let advanced = tokio::time::timeout(
-        route.fence.store_timeout,
-        store.advance(&key, token, route.fence.compare),
-    )
-    .await;
-    let key = judge_advance(route, key, token, advanced)?;
-    enter(gates, route, Admitted { key, token }, local).await
+    advance(route, &admission, store).await?;
+    enter(gates, route, admission, local).await
 }
 
 /// Takes the key's cross-replica turn and advances its mark in one store step (bounded by
@@ -261,52 +253,46 @@ async fn lock_and_advance(
     shared: &SharedGate,
     local: LocalPass,
     route: &CompiledRoute,
-    key: String,
-    token: u64,
+    admission: Admission,
     store: &dyn FenceStore,
 ) -> Result<Entered, GatewayError> {
     let started = Instant::now();
-    let compare = route.fence.compare;
-    let floor = store.known_mark(&key);
+    let Admission { key, token } = &admission;
     let made = |took| AdvanceMade {
         op: "gate_advance",
-        key: &key,
-        token,
-        compare,
-        floor,
+        key,
+        token: *token,
+        compare: route.fence.compare,
+        floor: store.known_mark(key),
         took,
     };
     let hold = turn_hold(route);
-    let tried = tokio::time::timeout(
-        route.fence.store_timeout,
-        shared.try_enter_and_advance(&key, token, hold),
-    )
-    .await;
+    // The one step that may not compare at all: when another replica holds the key's turn, it
+    // takes nothing and advances nothing.
+    let tried = bounded(route, shared.try_enter_and_advance(key, *token, hold)).await;
     let (pass, advanced) = match tried {
         Ok(Ok(Some((pass, replaced)))) => {
-            let outcome = store.settle_advance(made(started.elapsed()), Ok(replaced));
-            (Some(pass), Ok(outcome))
+            let settled = store.settle_advance(made(started.elapsed()), Ok(replaced));
+            (Some(pass), Some(Ok(settled)))
         }
         Ok(Ok(None)) => {
             let left = route.fence.gate_timeout.saturating_sub(started.elapsed());
-            let pass = match shared.enter(&key, left, hold).await {
-                Ok(pass) => pass,
-                Err(error) => return Err(shared_gate_error(route, &key, error)),
-            };
-            let advanced = tokio::time::timeout(
-                route.fence.store_timeout,
-                store.advance(&key, token, compare),
-            )
-            .await;
-            (Some(pass), advanced)
+            let pass = shared
+                .enter(key, left, hold)
+                .await
+                .map_err(|error| shared_gate_error(route, key, error))?;
+            advance(route, &admission, store).await?;
+            (Some(pass), None)
         }
-        Ok(Err(source)) => (
-            None,
-            Ok(store.settle_advance(made(started.elapsed()), Err(source))),
-        ),
-        Err(elapsed) => (None, Err(elapsed)),
+        Ok(Err(source)) => {
+            let settled = store.settle_advance(made(started.elapsed()), Err(source));
+            (None, Some(Ok(settled)))
+        }
+        Err(elapsed) => (None, Some(Err(elapsed))),
     };
-    let key = judge_advance(route, key, token, advanced)?;
+    if let Some(advanced) = advanced {
+        judge(route, &admission, advanced)?;
+    }
     let pass = pass.ok_or(GatewayError::Internal(
         "a gate advance was accepted without its turn",
     ))?;
@@ -315,7 +301,7 @@ async fn lock_and_advance(
             shared: Some(pass),
             _local: local,
         },
-        admitted: Admitted { key, token },
+        admission,
         checked: true,
     })
 }
@@ -324,14 +310,14 @@ async fn lock_and_advance(
 async fn enter(
     gates: &Gates,
     route: &CompiledRoute,
-    admitted: Admitted,
+    admission: Admission,
     local: LocalTurn,
 ) -> Result<Entered, GatewayError> {
     let started = Instant::now();
     let wait = route.fence.gate_timeout;
     let timeout = || GatewayError::GateTimeout {
         route: route.name.clone(),
-        key: admitted.key.clone(),
+        key: admission.key.clone(),
         after: wait,
     };
     let local = match local {
@@ -339,7 +325,7 @@ async fn enter(
         LocalTurn::Busy(busy) => tokio::time::timeout(wait, busy.wait())
             .await
             .map_err(|_| timeout())?,
-        LocalTurn::Ask => tokio::time::timeout(wait, gates.local.enter(&admitted.key))
+        LocalTurn::Ask => tokio::time::timeout(wait, gates.local.enter(&admission.key))
             .await
             .map_err(|_| timeout())?,
     };
@@ -347,9 +333,9 @@ async fn enter(
         None => None,
         Some(shared) => {
             let left = wait.saturating_sub(started.elapsed());
-            match shared.enter(&admitted.key, left, turn_hold(route)).await {
+            match shared.enter(&admission.key, left, turn_hold(route)).await {
                 Ok(pass) => Some(pass),
-                Err(error) => return Err(shared_gate_error(route, &admitted.key, error)),
+                Err(error) => return Err(shared_gate_error(route, &admission.key, error)),
             }
         }
     };
@@ -358,7 +344,7 @@ async fn enter(
             shared,
             _local: local,
         },
-        admitted,
+        admission,
         checked: false,
     })
 }
@@ -418,13 +404,13 @@ fn recheck_source(
 fn superseded(
     current: Option<u64>,
     route: &CompiledRoute,
-    admitted: &Admitted,
+    admission: &Admission,
 ) -> Result<(), GatewayError> {
     match current {
-        Some(current) if current > admitted.token => Err(GatewayError::Superseded {
+        Some(current) if current > admission.token => Err(GatewayError::Superseded {
             route: route.name.clone(),
-            key: admitted.key.clone(),
-            token: admitted.token,
+            key: admission.key.clone(),
+            token: admission.token,
             current,
         }),
         _ => Ok(()),
@@ -435,20 +421,18 @@ fn superseded(
 async fn recheck(
     store: &dyn FenceStore,
     route: &CompiledRoute,
-    admitted: &Admitted,
+    admission: &Admission,
 ) -> Result<(), GatewayError> {
-    let current =
-        tokio::time::timeout(route.fence.store_timeout, store.current(&admitted.key)).await;
-    match current {
-        Ok(Ok(current)) => superseded(current, route, admitted),
+    match bounded(route, store.current(&admission.key)).await {
+        Ok(Ok(current)) => superseded(current, route, admission),
         Ok(Err(source)) => Err(GatewayError::StoreFailed {
             route: route.name.clone(),
-            key: admitted.key.clone(),
+            key: admission.key.clone(),
             source,
         }),
         Err(_) => Err(GatewayError::StoreTimeout {
             route: route.name.clone(),
-            key: admitted.key.clone(),
+            key: admission.key.clone(),
             after: route.fence.store_timeout,
         }),
     }

@@ -75,11 +75,15 @@ impl Gateway {
             fences: Arc::clone(&store),
         };
         let routed = ServiceBuilder::new()
-            // First: find the route, so every later layer knows the route's settings.
-            .layer(RoutingLayer::new(Arc::clone(&routes), Arc::clone(&metrics)))
+            // First: find the route, so every later layer knows the route's settings, and decide
+            // which layer makes a fenced write's advance (`AdvanceBy`).
+            .layer(RoutingLayer::new(
+                Arc::clone(&routes),
+                Arc::clone(&metrics),
+                gates.shared.is_some(),
+            ))
             // Before anything can reach the upstream: refuse stale generations (I1, I2).
-            // (On serialized routes with a cross-replica gate, the gate makes the advance.)
-            .layer(FenceLayer::new(Arc::clone(&store), gates.shared.is_some()))
+            .layer(FenceLayer::new(Arc::clone(&store)))
             // After the fence (a superseded holder is refused before any replay) and before the
             // gate (a duplicate in flight is answered 409 at once instead of queueing).
             .layer(IdempotencyLayer::new(intents, limits.budget.clone()))

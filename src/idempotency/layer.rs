@@ -13,10 +13,10 @@ use tower::{Layer, Service};
 use super::admission::{advance_and_begin, IntentBackend};
 use super::capture::{read_prefix, read_request, Prefix, ReadFailure};
 use super::{fingerprint, idempotency_key, now_ms, IdempotencySettings};
+use crate::admission::{Admission, AdvanceBy};
 use crate::budget::{Budgeted, MemoryBudget};
 use crate::config::ClientKey;
 use crate::error::GatewayError;
-use crate::fence::{Admitted, DeferredAdvance};
 use crate::proxy::{full_body, Prefixed, ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::store::{BeginRequest, Begun, StoreError, StoredOutcome};
@@ -106,10 +106,11 @@ where
         return inner.call(request).await;
     };
     let intents = backend.intents.as_ref();
-    let deferred = request.extensions().get::<DeferredAdvance>().cloned();
+    let admission = request.extensions().get::<Admission>().cloned();
+    let owes_advance = request.extensions().get::<AdvanceBy>() == Some(&AdvanceBy::Intent);
     let sent_key = key_for(&request, route, routed, settings)?;
     let record_key = format!("{}/{sent_key}", route.name);
-    let fence = fenced(request.extensions()).map_or(0, |(_, token)| token);
+    let fence = admission.as_ref().map_or(0, |admission| admission.token);
     let (mut parts, body) = request.into_parts();
     let (body, request_held) = read_request(body, settings.max_request_body, budget)
         .await
@@ -152,15 +153,13 @@ where
         key: record_key.clone(),
         source,
     };
-    let begun = match deferred {
-        // The fence left the compare-and-advance to this layer: made now, with the begin.
-        Some(deferred) => {
-            let (admitted, begun) = advance_and_begin(route, deferred, backend, begin, |begin| {
+    let begun = match admission.filter(|_| owes_advance) {
+        // Routing left the compare-and-advance to this layer: made now, with the begin.
+        Some(admission) => {
+            advance_and_begin(route, &admission, backend, begin, |begin| {
                 with_timeout(route, &record_key, intents.begin(begin))
             })
-            .await?;
-            parts.extensions.insert(admitted);
-            begun?
+            .await??
         }
         None => with_timeout(route, &record_key, intents.begin(begin)).await?,
     }
@@ -282,7 +281,10 @@ fn key_for(
         }
         _ => {}
     }
-    let resource_key = fenced(request.extensions()).map_or("", |(key, _)| key);
+    let resource_key = request
+        .extensions()
+        .get::<Admission>()
+        .map_or("", |admission| admission.key.as_str());
     let captures = routed.captures.with(&[
         ("resource_key", resource_key),
         ("method", request.method().as_str()),
@@ -301,17 +303,6 @@ fn key_for(
             error,
         })?;
     Ok(idempotency_key(&rendered, settings.hmac_secret.as_deref()))
-}
-
-/// The resource key and token of a request the fence admitted, or passed on with its advance
-/// deferred to this layer.
-fn fenced(extensions: &http::Extensions) -> Option<(&str, u64)> {
-    match extensions.get::<DeferredAdvance>() {
-        Some(deferred) => Some((&deferred.key, deferred.token)),
-        None => extensions
-            .get::<Admitted>()
-            .map(|admitted| (admitted.key.as_str(), admitted.token)),
-    }
 }
 
 /// Bounds a store call by the route's store timeout (fail closed).

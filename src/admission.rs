@@ -1,0 +1,25 @@
+//! What the request's layers hand each other about a fenced write, as request extensions: who
+//! makes its compare-and-advance (decided once, by routing) and the write the fence admitted.
+//! A leaf: it depends on no other module of the crate.
+
+/// Which layer makes a fenced write's compare-and-advance. Routing decides it once per request
+/// from the route and the store; each layer asks only whether it is the owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AdvanceBy {
+    /// The fence, before anything else sees the request.
+    #[default]
+    Fence,
+    /// The idempotency layer, together with beginning the write's intent (one store round
+    /// where the backend has one).
+    Intent,
+    /// The ordering gate, in the store step that takes the key's cross-replica turn.
+    Turn,
+}
+
+/// A fenced write past the fence's checks: its resource key and token. Once the layer named by
+/// [`AdvanceBy`] has passed it on, its mark has been advanced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    pub key: String,
+    pub token: u64,
+}

@@ -1,0 +1,97 @@
+//! The compare-and-advance of a fenced write, made in one place whichever layer owns it: the
+//! store call bounded by the route's `store_timeout`, its answer counted in the route's counters,
+//! and a refusal turned into the request's error.
+
+use std::future::Future;
+
+use crate::admission::Admission;
+use crate::error::GatewayError;
+use crate::route::CompiledRoute;
+use crate::stats::RouteCounters;
+use crate::store::{Advance, FenceStore, StoreError};
+
+/// A store call's answer, or the moment `store_timeout` ran out.
+pub type Bounded<T> = Result<Result<T, StoreError>, tokio::time::error::Elapsed>;
+
+/// Runs a store step of a fenced write within the route's `store_timeout`.
+pub async fn bounded<T>(
+    route: &CompiledRoute,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Bounded<T> {
+    tokio::time::timeout(route.fence.store_timeout, call).await
+}
+
+/// Makes `admission`'s advance with `call` (the advance, and what else the same store step
+/// carried): bounded, judged and counted. `Ok` is what else the step answered.
+pub async fn make_advance<T>(
+    route: &CompiledRoute,
+    admission: &Admission,
+    call: impl Future<Output = Result<(Advance, T), StoreError>>,
+) -> Result<T, GatewayError> {
+    let (advanced, carried) = match bounded(route, call).await {
+        Ok(Ok((advance, carried))) => (Ok(Ok(advance)), Some(carried)),
+        Ok(Err(source)) => (Ok(Err(source)), None),
+        Err(elapsed) => (Err(elapsed), None),
+    };
+    judge(route, admission, advanced)?;
+    carried.ok_or(GatewayError::Internal(
+        "a store step passed an advance it did not answer",
+    ))
+}
+
+/// Makes `admission`'s advance with the store's own compare-and-advance.
+pub async fn advance(
+    route: &CompiledRoute,
+    admission: &Admission,
+    store: &dyn FenceStore,
+) -> Result<(), GatewayError> {
+    let call = store.advance(&admission.key, admission.token, route.fence.compare);
+    make_advance(route, admission, async { Ok((call.await?, ())) }).await
+}
+
+/// Counts an advance's answer and turns a refusal into the error that answers the request.
+pub fn judge(
+    route: &CompiledRoute,
+    admission: &Admission,
+    advanced: Bounded<Advance>,
+) -> Result<(), GatewayError> {
+    let counters = &route.counters;
+    let key = || admission.key.clone();
+    match advanced {
+        Ok(Ok(Advance::Accepted { previous })) => {
+            RouteCounters::bump(&counters.accepted);
+            if previous.is_none_or(|p| admission.token > p) {
+                RouteCounters::bump(&counters.advanced);
+            }
+            Ok(())
+        }
+        Ok(Ok(Advance::Stale { current })) => Err(refuse_stale(route, admission, current)),
+        Ok(Err(source)) => {
+            RouteCounters::bump(&counters.store_errors);
+            Err(GatewayError::StoreFailed {
+                route: route.name.clone(),
+                key: key(),
+                source,
+            })
+        }
+        Err(_elapsed) => {
+            RouteCounters::bump(&counters.store_errors);
+            Err(GatewayError::StoreTimeout {
+                route: route.name.clone(),
+                key: key(),
+                after: route.fence.store_timeout,
+            })
+        }
+    }
+}
+
+/// Counts a stale token and makes its refusal.
+pub fn refuse_stale(route: &CompiledRoute, admission: &Admission, current: u64) -> GatewayError {
+    RouteCounters::bump(&route.counters.stale);
+    GatewayError::StaleFence {
+        route: route.name.clone(),
+        key: admission.key.clone(),
+        token: admission.token,
+        current,
+    }
+}

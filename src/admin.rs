@@ -1,6 +1,7 @@
 //! The admin listener (axum, its own address): Prometheus `/metrics`, `/healthz`, `/readyz`, and
 //! behind a bearer token the admin API — read and raise a key's mark (never lower it, I3), list
-//! routes, list intents whose outcome is unknown, reload the routes.
+//! routes, list intents whose outcome is unknown, reload the routes. Its failures are problem
+//! details, from the same table of kinds as the data plane's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,9 +16,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::config::Compare;
+use crate::error::{ErrorKind, Level};
 use crate::metrics::Metrics;
 use crate::reload::{Reloader, RouteSource};
-use crate::store::{Advance, FenceStore, IntentStore, StoreTrust};
+use crate::store::{Advance, FenceStore, IntentStore, StoreError, StoreTrust};
 
 /// How long an admin call waits for the store.
 const ADMIN_STORE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -71,12 +73,7 @@ async fn require_token(
         Some(token) if constant_time_eq(token.as_bytes(), state.token.as_bytes()) => {
             next.run(request).await
         }
-        _ => (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            Json(json!({"error": "a valid bearer token is required"})),
-        )
-            .into_response(),
+        _ => AdminError::Unauthorized.into_response(),
     }
 }
 
@@ -112,15 +109,13 @@ async fn ready(State(state): State<AdminState>) -> Response {
     }
 }
 
-async fn read_fence(State(state): State<AdminState>, Path(key): Path<String>) -> Response {
-    match tokio::time::timeout(ADMIN_STORE_TIMEOUT, state.store.current(&key)).await {
-        Ok(Ok(Some(fence))) => Json(json!({"key": key, "fence": fence})).into_response(),
-        Ok(Ok(None)) => (
-            StatusCode::NOT_FOUND,
-            Json(json!({"key": key, "error": "no mark for this key"})),
-        )
-            .into_response(),
-        _ => store_unavailable(),
+async fn read_fence(
+    State(state): State<AdminState>,
+    Path(key): Path<String>,
+) -> Result<Response, AdminError> {
+    match store_call(state.store.current(&key)).await? {
+        Some(fence) => Ok(Json(json!({"key": key, "fence": fence})).into_response()),
+        None => Err(AdminError::NoMark { key }),
     }
 }
 
@@ -134,23 +129,16 @@ async fn raise_fence(
     State(state): State<AdminState>,
     Path(key): Path<String>,
     Json(body): Json<RaiseFence>,
-) -> Response {
-    let advanced = tokio::time::timeout(
-        ADMIN_STORE_TIMEOUT,
-        state.store.advance(&key, body.fence, Compare::Monotonic),
-    )
-    .await;
-    match advanced {
-        Ok(Ok(Advance::Accepted { previous })) => {
+) -> Result<Response, AdminError> {
+    match store_call(state.store.advance(&key, body.fence, Compare::Monotonic)).await? {
+        Advance::Accepted { previous } => {
             tracing::info!(%key, fence = body.fence, ?previous, "mark raised through the admin API");
-            Json(json!({"key": key, "fence": body.fence, "previous": previous})).into_response()
+            Ok(
+                Json(json!({"key": key, "fence": body.fence, "previous": previous}))
+                    .into_response(),
+            )
         }
-        Ok(Ok(Advance::Stale { current })) => (
-            StatusCode::CONFLICT,
-            Json(json!({"key": key, "fence": current, "error": "marks never go down"})),
-        )
-            .into_response(),
-        _ => store_unavailable(),
+        Advance::Stale { current } => Err(AdminError::MarkNotLowered { key, current }),
     }
 }
 
@@ -187,75 +175,113 @@ fn default_state() -> String {
 async fn list_intents(
     State(state): State<AdminState>,
     Query(query): Query<IntentQuery>,
-) -> Response {
+) -> Result<Response, AdminError> {
     if query.state != "submitting" {
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": "only state=submitting can be listed"})),
-        )
-            .into_response();
+        return Err(AdminError::InvalidQuery(
+            "only state=submitting can be listed".to_owned(),
+        ));
     }
-    let age = match query
+    let age = query
         .older_than
         .as_deref()
         .map(humantime::parse_duration)
         .transpose()
-    {
-        Ok(age) => age.unwrap_or_default(),
-        Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                Json(json!({"error": format!("older_than: {e}")})),
-            )
-                .into_response()
-        }
-    };
+        .map_err(|e| AdminError::InvalidQuery(format!("older_than: {e}")))?
+        .unwrap_or_default();
     let Some(intents) = &state.intents else {
-        return Json(json!({ "intents": [] })).into_response();
+        return Ok(Json(json!({ "intents": [] })).into_response());
     };
     let before = crate::idempotency::now_ms()
         .saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
-    match tokio::time::timeout(
-        ADMIN_STORE_TIMEOUT,
-        intents.list_submitting(before, MAX_LISTED_INTENTS),
-    )
-    .await
-    {
-        Ok(Ok(records)) => {
-            let now = crate::idempotency::now_ms();
-            let listed: Vec<_> = records
-                .iter()
-                .map(|r| {
-                    json!({
-                        "key": r.key, "route": r.route, "state": r.state.as_str(), "fence": r.fence,
-                        "in_flight": r.attempt.is_some() && r.attempt_expires_ms > now,
-                        "created_ms": r.created_ms, "updated_ms": r.updated_ms,
-                    })
-                })
-                .collect();
-            Json(json!({ "intents": listed })).into_response()
-        }
-        _ => store_unavailable(),
-    }
+    let records = store_call(intents.list_submitting(before, MAX_LISTED_INTENTS)).await?;
+    let now = crate::idempotency::now_ms();
+    let listed: Vec<_> = records
+        .iter()
+        .map(|r| {
+            json!({
+                "key": r.key, "route": r.route, "state": r.state.as_str(), "fence": r.fence,
+                "in_flight": r.attempt.is_some() && r.attempt_expires_ms > now,
+                "created_ms": r.created_ms, "updated_ms": r.updated_ms,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "intents": listed })).into_response())
 }
 
 /// Reloads the routes from the configuration file; 400 with the reason when the file is invalid
 /// (the previous routes stay in force).
-async fn reload(State(state): State<AdminState>) -> Response {
-    match state.reloader.reload() {
-        Ok(report) => Json(json!({"reloaded": true, "routes": report.routes})).into_response(),
-        Err(error) => (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"reloaded": false, "error": error})),
-        )
-            .into_response(),
+async fn reload(State(state): State<AdminState>) -> Result<Response, AdminError> {
+    let report = state.reloader.reload().map_err(AdminError::InvalidConfig)?;
+    Ok(Json(json!({"reloaded": true, "routes": report.routes})).into_response())
+}
+
+/// A store call of the admin API, bounded by [`ADMIN_STORE_TIMEOUT`].
+async fn store_call<T>(
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, AdminError> {
+    tokio::time::timeout(ADMIN_STORE_TIMEOUT, call)
+        .await
+        .map_err(|_| AdminError::StoreTimeout(ADMIN_STORE_TIMEOUT))?
+        .map_err(AdminError::Store)
+}
+
+/// Every way an admin call fails, answered as problem details through the same table
+/// ([`ErrorKind`]) as the data plane's refusals.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("a valid bearer token is required")]
+    Unauthorized,
+    #[error("key {key}: no mark for this key")]
+    NoMark { key: String },
+    #[error("key {key}: the mark is {current}; marks never go down")]
+    MarkNotLowered { key: String, current: u64 },
+    #[error("{0}")]
+    InvalidQuery(String),
+    #[error("{0}")]
+    InvalidConfig(String),
+    #[error("the store did not answer within {0:?}")]
+    StoreTimeout(Duration),
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl AdminError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            AdminError::Unauthorized => ErrorKind::Unauthorized,
+            AdminError::NoMark { .. } => ErrorKind::NoMark,
+            AdminError::MarkNotLowered { .. } => ErrorKind::MarkNotLowered,
+            AdminError::InvalidQuery(_) => ErrorKind::InvalidQuery,
+            AdminError::InvalidConfig(_) => ErrorKind::InvalidConfig,
+            AdminError::StoreTimeout(_) => ErrorKind::StoreTimeout,
+            AdminError::Store(StoreError::Untrusted { .. }) => ErrorKind::StoreUntrusted,
+            AdminError::Store(_) => ErrorKind::StoreUnavailable,
+        }
     }
 }
 
-fn store_unavailable() -> Response {
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        Json(json!({"error": "the store did not answer"})),
-    )
-        .into_response()
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        let kind = self.kind();
+        if matches!(kind.spec().level, Level::Warn | Level::Error) {
+            tracing::warn!(error = %self, "admin call failed");
+        }
+        let mut problem = kind.problem(self.to_string());
+        match &self {
+            AdminError::NoMark { key } => problem.key = Some(key.clone()),
+            AdminError::MarkNotLowered { key, current } => {
+                problem.key = Some(key.clone());
+                problem.current_fence = Some(*current);
+            }
+            _ => {}
+        }
+        let mut response = problem.into_response().map(axum::body::Body::new);
+        if let AdminError::Unauthorized = self {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
 }

@@ -179,6 +179,15 @@ async fn health_readiness_and_auth() {
     let anonymous = send("GET", &gw.admin_url("/admin/routes"), &[], "").await;
     assert_eq!(anonymous.status, 401);
     assert_eq!(anonymous.header("www-authenticate"), Some("Bearer"));
+    // Admin failures are problem details, like the data plane's.
+    assert_eq!(
+        anonymous.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_eq!(
+        anonymous.json()["type"],
+        "https://fencegate.dev/problems/unauthorized"
+    );
     let wrong = send(
         "GET",
         &gw.admin_url("/admin/routes"),
@@ -226,6 +235,12 @@ async fn marks_are_read_and_raised_but_never_lowered() {
     )
     .await;
     assert_eq!(lowered.status, 409, "marks never go down (I3)");
+    assert_eq!(
+        lowered.json()["type"],
+        "https://fencegate.dev/problems/marks-never-go-down"
+    );
+    assert_eq!(lowered.json()["current_fence"], 9);
+    assert_eq!(lowered.json()["key"], "inv:1");
     assert_eq!(
         admin_get(&gw, "/admin/fences/inv:1").await.json()["fence"],
         9

@@ -614,7 +614,7 @@ async fn a_reload_whose_upstream_caps_do_not_fit_the_descriptor_limit_is_refused
     )
     .await;
     assert_eq!(refused.status, 400, "{:?}", refused.body);
-    let error = refused.json()["error"]
+    let error = refused.json()["detail"]
         .as_str()
         .unwrap_or_default()
         .to_owned();

@@ -94,7 +94,7 @@ async fn routes_reload_atomically_and_an_invalid_file_changes_nothing() {
     write_config(dir.path(), &listen, &broken);
     let refused = reload(&admin).await;
     assert_eq!(refused.status, 400);
-    let error = refused.json()["error"].as_str().unwrap().to_owned();
+    let error = refused.json()["detail"].as_str().unwrap().to_owned();
     assert!(
         error.contains("fence.mode") && error.contains("\"docs\""),
         "{error}"

@@ -68,16 +68,11 @@ pub fn judge(
         Ok(Ok(Advance::Stale { current })) => Err(refuse_stale(route, admission, current)),
         Ok(Err(source)) => {
             RouteCounters::bump(&counters.store_errors);
-            Err(GatewayError::StoreFailed {
-                route: route.name.clone(),
-                key: key(),
-                source,
-            })
+            Err(GatewayError::StoreFailed { key: key(), source })
         }
         Err(_elapsed) => {
             RouteCounters::bump(&counters.store_errors);
             Err(GatewayError::StoreTimeout {
-                route: route.name.clone(),
                 key: key(),
                 after: route.fence.store_timeout,
             })
@@ -89,7 +84,6 @@ pub fn judge(
 pub fn refuse_stale(route: &CompiledRoute, admission: &Admission, current: u64) -> GatewayError {
     RouteCounters::bump(&route.counters.stale);
     GatewayError::StaleFence {
-        route: route.name.clone(),
         key: admission.key.clone(),
         token: admission.token,
         current,

@@ -17,11 +17,11 @@ use super::signature::SignatureError;
 use super::token::{read_fence_header, TokenError};
 use crate::admission::{Admission, AdvanceBy};
 use crate::config::{FenceMode, OnStoreError};
-use crate::error::{GatewayError, Origin};
+use crate::error::{ErrorKind, GatewayError, Origin};
 use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
-use crate::store::{decide, Advance, FenceStore, StoreError};
+use crate::store::{decide, Advance, FenceStore};
 
 #[derive(Clone)]
 pub struct FenceLayer {
@@ -124,10 +124,7 @@ fn read_key_and_token<B>(
     };
     let key = template.render(&parts).map_err(|error| {
         RouteCounters::bump(&counters.invalid);
-        GatewayError::KeyUnavailable {
-            route: route.name.clone(),
-            error,
-        }
+        GatewayError::KeyUnavailable { error }
     })?;
     let token = read_fence_header(request.headers(), &route.fence.header).map_err(|error| {
         let counter = match error {
@@ -136,7 +133,6 @@ fn read_key_and_token<B>(
         };
         RouteCounters::bump(counter);
         GatewayError::Token {
-            route: route.name.clone(),
             key: key.clone(),
             error,
         }
@@ -167,22 +163,14 @@ async fn admit<B>(
                 };
                 RouteCounters::bump(counter);
                 GatewayError::Signature {
-                    route: route.name.clone(),
                     key: key.clone(),
                     error,
                 }
             })?;
     }
     if let Some(max_advance) = route.fence.max_advance {
-        let limited = check_max_advance(
-            &route.name,
-            key,
-            *token,
-            max_advance,
-            store,
-            route.fence.store_timeout,
-        )
-        .await;
+        let limited =
+            check_max_advance(key, *token, max_advance, store, route.fence.store_timeout).await;
         if let Err(refusal) = limited {
             let counter = match refusal {
                 GatewayError::TooFarAhead { .. } => &counters.too_far_ahead,
@@ -208,16 +196,9 @@ async fn admit<B>(
 fn fails_open(route: &CompiledRoute, refusal: &GatewayError) -> bool {
     // A store that answers but is not trusted (it forgot marks, or is not the adopted one) has
     // not failed: forwarding unchecked past it would re-admit every zombie. Refused, always.
-    let untrusted = matches!(
-        refusal,
-        GatewayError::StoreFailed {
-            source: StoreError::Untrusted { .. },
-            ..
-        }
-    );
     route.fence.on_store_error == OnStoreError::FailOpen
         && refusal.origin() == Origin::Store
-        && !untrusted
+        && refusal.kind() != ErrorKind::StoreUntrusted
 }
 
 /// Observe mode: the refusal is counted (by the check) and logged, and the request goes on.

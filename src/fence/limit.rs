@@ -30,7 +30,6 @@ pub fn within_max_advance(mark: Option<u64>, token: u64, max_advance: u64) -> bo
 /// Refuses `token` for `key` when it is more than `max_advance` above the key's mark. Store
 /// failures come back as the store errors the fence already answers (and may fail open on).
 pub async fn check_max_advance(
-    route: &str,
     key: &str,
     token: u64,
     max_advance: u64,
@@ -44,14 +43,12 @@ pub async fn check_max_advance(
         Ok(Ok(mark)) => mark,
         Ok(Err(source)) => {
             return Err(GatewayError::StoreFailed {
-                route: route.to_owned(),
                 key: key.to_owned(),
                 source,
             })
         }
         Err(_elapsed) => {
             return Err(GatewayError::StoreTimeout {
-                route: route.to_owned(),
                 key: key.to_owned(),
                 after: store_timeout,
             })
@@ -61,7 +58,6 @@ pub async fn check_max_advance(
         return Ok(());
     }
     Err(GatewayError::TooFarAhead {
-        route: route.to_owned(),
         key: key.to_owned(),
         token,
         current: current.unwrap_or(0),

@@ -147,7 +147,7 @@ where
             if !checked {
                 let cached = || store.known_mark(&admission.key);
                 match recheck_source(passes.shared.as_ref(), passes._local.waited(), cached) {
-                    Recheck::Known(current) => superseded(current, &route, &admission)?,
+                    Recheck::Known(current) => superseded(current, &admission)?,
                     Recheck::AskStore => recheck(store.as_ref(), &route, &admission).await?,
                 }
             }
@@ -164,10 +164,7 @@ where
                 Some(deadline) => {
                     let response = tokio::time::timeout_at(deadline, inner.call(request))
                         .await
-                        .map_err(|_| GatewayError::TurnLapsed {
-                            route: route.name.clone(),
-                            key,
-                        })??;
+                        .map_err(|_| GatewayError::TurnLapsed { key })??;
                     let renewed = passes
                         .shared
                         .as_ref()
@@ -182,11 +179,7 @@ where
                 // The upstream is done: the key's turn ends here, whatever the client does.
                 Ok(ReadAhead::Whole(body)) => return Ok(Response::from_parts(head, body)),
                 Ok(ReadAhead::Partial(body)) => body,
-                Err(_) => {
-                    return Err(GatewayError::UpstreamBodyFailed {
-                        route: route.name.clone(),
-                    })
-                }
+                Err(_) => return Err(GatewayError::UpstreamBodyFailed {}),
             };
             let body = match passes.shared.as_ref().map(SharedPass::watch) {
                 Some(watch) => GatedBody::watched(body, watch, passes).boxed(),
@@ -316,7 +309,6 @@ async fn enter(
     let started = Instant::now();
     let wait = route.fence.gate_timeout;
     let timeout = || GatewayError::GateTimeout {
-        route: route.name.clone(),
         key: admission.key.clone(),
         after: wait,
     };
@@ -353,12 +345,10 @@ async fn enter(
 fn shared_gate_error(route: &CompiledRoute, key: &str, error: SharedGateError) -> GatewayError {
     match error {
         SharedGateError::Timeout(_) => GatewayError::GateTimeout {
-            route: route.name.clone(),
             key: key.to_owned(),
             after: route.fence.gate_timeout,
         },
         SharedGateError::Store(source) => GatewayError::StoreFailed {
-            route: route.name.clone(),
             key: key.to_owned(),
             source,
         },
@@ -401,14 +391,9 @@ fn recheck_source(
 
 /// Refuses the request if `current`, its key's mark read after it entered the gate, is above its
 /// token: a newer one was admitted while it waited.
-fn superseded(
-    current: Option<u64>,
-    route: &CompiledRoute,
-    admission: &Admission,
-) -> Result<(), GatewayError> {
+fn superseded(current: Option<u64>, admission: &Admission) -> Result<(), GatewayError> {
     match current {
         Some(current) if current > admission.token => Err(GatewayError::Superseded {
-            route: route.name.clone(),
             key: admission.key.clone(),
             token: admission.token,
             current,
@@ -424,14 +409,12 @@ async fn recheck(
     admission: &Admission,
 ) -> Result<(), GatewayError> {
     match bounded(route, store.current(&admission.key)).await {
-        Ok(Ok(current)) => superseded(current, route, admission),
+        Ok(Ok(current)) => superseded(current, admission),
         Ok(Err(source)) => Err(GatewayError::StoreFailed {
-            route: route.name.clone(),
             key: admission.key.clone(),
             source,
         }),
         Err(_) => Err(GatewayError::StoreTimeout {
-            route: route.name.clone(),
             key: admission.key.clone(),
             after: route.fence.store_timeout,
         }),

@@ -20,7 +20,7 @@ use percent_encoding::percent_decode_str;
 use serde::Serialize;
 
 use crate::config::{Compare, FenceMode, Ordering, DEFAULT_STORE_TIMEOUT};
-use crate::error::GatewayError;
+use crate::error::{GatewayError, RequestError};
 use crate::fence::{check_max_advance, read_fence_header, SignatureError, SignatureKey};
 use crate::gate::{Gates, SharedGateError};
 use crate::proxy::{full_body, ProxyBody};
@@ -60,10 +60,17 @@ impl Claim {
 
     /// Answers a request under the reserved prefix. Claims compare monotonically: re-claiming the
     /// token one already holds succeeds, so a client may retry a claim whose answer it lost.
+    /// Failures are answered as failures of the route named `_claim`.
     pub async fn handle<B>(
         &self,
         request: Request<B>,
-    ) -> Result<Response<ProxyBody>, GatewayError> {
+    ) -> Result<Response<ProxyBody>, RequestError> {
+        self.claim(request)
+            .await
+            .map_err(|error| error.on_route(CLAIM_ROUTE))
+    }
+
+    async fn claim<B>(&self, request: Request<B>) -> Result<Response<ProxyBody>, GatewayError> {
         let path = request.uri().path();
         let Some(raw_key) = path
             .strip_prefix(RESERVED_PREFIX)
@@ -79,7 +86,6 @@ impl Claim {
         let key = decode_key(raw_key)?;
         let token = read_fence_header(request.headers(), &CLAIM_FENCE_HEADER).map_err(|error| {
             GatewayError::Token {
-                route: CLAIM_ROUTE.to_owned(),
                 key: key.clone(),
                 error,
             }
@@ -88,7 +94,6 @@ impl Claim {
         verify_signature(&table, request.headers(), &key, token)?;
         if let Some(max_advance) = enforcing(&table).filter_map(|r| r.fence.max_advance).min() {
             check_max_advance(
-                CLAIM_ROUTE,
                 &key,
                 token,
                 max_advance,
@@ -109,18 +114,12 @@ impl Claim {
                 Ok(claimed(&key, token, previous))
             }
             Ok(Ok(Advance::Stale { current })) => Err(GatewayError::StaleFence {
-                route: CLAIM_ROUTE.to_owned(),
                 key,
                 token,
                 current,
             }),
-            Ok(Err(source)) => Err(GatewayError::StoreFailed {
-                route: CLAIM_ROUTE.to_owned(),
-                key,
-                source,
-            }),
+            Ok(Err(source)) => Err(GatewayError::StoreFailed { key, source }),
             Err(_) => Err(GatewayError::StoreTimeout {
-                route: CLAIM_ROUTE.to_owned(),
                 key,
                 after: DEFAULT_STORE_TIMEOUT,
             }),
@@ -147,12 +146,10 @@ impl Claim {
         match self.gates.wait_for_turn(key, wait).await {
             Ok(()) => Ok(()),
             Err(SharedGateError::Timeout(after)) => Err(GatewayError::GateTimeout {
-                route: CLAIM_ROUTE.to_owned(),
                 key: key.to_owned(),
                 after,
             }),
             Err(SharedGateError::Store(source)) => Err(GatewayError::StoreFailed {
-                route: CLAIM_ROUTE.to_owned(),
                 key: key.to_owned(),
                 source,
             }),
@@ -190,7 +187,6 @@ fn verify_signature(
         }
     }
     Err(GatewayError::Signature {
-        route: CLAIM_ROUTE.to_owned(),
         key: key.to_owned(),
         error: refusal,
     })

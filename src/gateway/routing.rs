@@ -13,7 +13,7 @@ use tower::{Layer, Service};
 use super::check_destination;
 use crate::admission::AdvanceBy;
 use crate::config::{FenceMode, OnStoreError, Ordering};
-use crate::error::{GatewayError, Origin};
+use crate::error::{GatewayError, Origin, RequestError};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, RequestBody};
 use crate::reload::RouteSource;
@@ -72,11 +72,11 @@ where
     S::Future: Send + 'static,
 {
     type Response = Response<ProxyBody>;
-    type Error = GatewayError;
+    type Error = RequestError;
     type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(RequestError::from)
     }
 
     fn call(&mut self, mut request: Request<RequestBody>) -> Self::Future {
@@ -90,7 +90,7 @@ where
                     .requests
                     .with_label_values(&[NO_ROUTE, "refused"])
                     .inc();
-                return future::ready(Err(error)).boxed();
+                return future::ready(Err(error.into())).boxed();
             }
         };
         let route = &routed.route;
@@ -100,11 +100,10 @@ where
                 .requests
                 .with_label_values(&[&route.name, "refused"])
                 .inc();
-            return future::ready(Err(GatewayError::BodyTooLarge {
-                route: route.name.clone(),
+            let refusal = GatewayError::BodyTooLarge {
                 limit: route.max_body,
-            }))
-            .boxed();
+            };
+            return future::ready(Err(refusal.on_route(route.name.clone()))).boxed();
         }
         // A chunked (or lying) body is cut off where it passes the limit; the proxy answers 413.
         request.body_mut().limit_to(route.max_body as u64);
@@ -121,7 +120,8 @@ where
                 .requests
                 .with_label_values(&[&route, outcome_label(&result)])
                 .inc();
-            result
+            // The route, attached once to whatever failed below.
+            result.map_err(|error| error.on_route(route))
         }
         .boxed()
     }
@@ -221,7 +221,7 @@ fn check_guarded_request<B>(
         for reading in std::iter::once(&path).chain(stripped.as_ref()) {
             if let Some(route) = table.collection_guard(reading) {
                 return Err(GatewayError::FencedCollection {
-                    route: route.name.clone(),
+                    fenced_route: route.name.clone(),
                 });
             }
         }

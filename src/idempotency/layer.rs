@@ -118,20 +118,15 @@ where
             // Past the route's `max_body` (counted by the body itself): 413, not 400.
             ReadFailure::Body(e) if crate::proxy::is_body_limit_exceeded(e.as_ref()) => {
                 GatewayError::BodyTooLarge {
-                    route: route.name.clone(),
                     limit: route.max_body,
                 }
             }
             ReadFailure::Body(e) => {
                 crate::proxy::client_body_fault(e.as_ref()).unwrap_or(GatewayError::ClientBody)
             }
-            ReadFailure::Busy(busy) => GatewayError::MemoryBusy {
-                route: route.name.clone(),
-                after: busy.wait,
-            },
+            ReadFailure::Busy(busy) => GatewayError::MemoryBusy { after: busy.wait },
         })?
         .ok_or(GatewayError::BodyTooLarge {
-            route: route.name.clone(),
             limit: settings.max_request_body,
         })?;
     let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
@@ -149,7 +144,6 @@ where
         expires_ms: now + u64::try_from(settings.retention.as_millis()).unwrap_or(u64::MAX),
     };
     let store_failed = |source: StoreError| GatewayError::StoreFailed {
-        route: route.name.clone(),
         key: record_key.clone(),
         source,
     };
@@ -169,20 +163,13 @@ where
         Begun::Completed(outcome) => return Ok(replay(outcome)),
         Begun::InFlight { retry_after_ms } => {
             return Err(GatewayError::RequestInProgress {
-                route: route.name.clone(),
                 key: sent_key,
                 retry_after_secs: retry_after_ms.div_ceil(1000).max(1),
             })
         }
-        Begun::Mismatch => {
-            return Err(GatewayError::IdempotencyKeyReused {
-                route: route.name.clone(),
-                key: sent_key,
-            })
-        }
+        Begun::Mismatch => return Err(GatewayError::IdempotencyKeyReused { key: sent_key }),
         Begun::Superseded { fence: current } => {
             return Err(GatewayError::StaleFence {
-                route: route.name.clone(),
                 key: record_key,
                 token: fence,
                 current,
@@ -222,9 +209,7 @@ where
         ),
         Err(_) => {
             let _ = intents.abandon(&record_key, &attempt, now_ms()).await;
-            return Err(GatewayError::UpstreamBodyFailed {
-                route: route.name.clone(),
-            });
+            return Err(GatewayError::UpstreamBodyFailed {});
         }
     };
     let outcome = StoredOutcome {
@@ -275,7 +260,6 @@ fn key_for(
         (ClientKey::Keep | ClientKey::Require, Some(client)) => return Ok(client.to_owned()),
         (ClientKey::Require, None) => {
             return Err(GatewayError::IdempotencyKeyRequired {
-                route: route.name.clone(),
                 header: settings.header.to_string(),
             })
         }
@@ -298,10 +282,7 @@ fn key_for(
     let rendered = settings
         .key
         .render(&parts)
-        .map_err(|error| GatewayError::KeyUnavailable {
-            route: route.name.clone(),
-            error,
-        })?;
+        .map_err(|error| GatewayError::KeyUnavailable { error })?;
     Ok(idempotency_key(&rendered, settings.hmac_secret.as_deref()))
 }
 
@@ -314,7 +295,6 @@ async fn with_timeout<T>(
     tokio::time::timeout(route.fence.store_timeout, call)
         .await
         .map_err(|_| GatewayError::StoreTimeout {
-            route: route.name.clone(),
             key: key.to_owned(),
             after: route.fence.store_timeout,
         })

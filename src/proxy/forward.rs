@@ -120,14 +120,12 @@ impl Service<Request<RequestBody>> for Proxy {
                     // the key's gate open (I4: a timed-out call keeps the key closed until then).
                     tokio::task::yield_now().await;
                     return Err(GatewayError::UpstreamTimeout {
-                        route: route.name.clone(),
                         after: route.timeout,
                     });
                 }
                 // The client's chunked body grew past `max_body`: the forward was aborted.
                 Ok(Err(source)) if is_body_limit_exceeded(&source) => {
                     return Err(GatewayError::BodyTooLarge {
-                        route: route.name.clone(),
                         limit: route.max_body,
                     })
                 }
@@ -137,14 +135,10 @@ impl Service<Request<RequestBody>> for Proxy {
                         .unwrap_or(GatewayError::ClientBody))
                 }
                 Ok(Err(source)) if upstream_busy(&source) => {
-                    return Err(GatewayError::UpstreamBusy {
-                        route: route.name.clone(),
-                        after: slot_wait,
-                    })
+                    return Err(GatewayError::UpstreamBusy { after: slot_wait })
                 }
                 Ok(Err(source)) => {
                     return Err(GatewayError::UpstreamUnavailable {
-                        route: route.name.clone(),
                         connect: source.is_connect(),
                         source,
                     })

@@ -1,0 +1,393 @@
+//! Every way a request can fail inside the gateway. A failure is a [`GatewayError`] (what went
+//! wrong, with the key and figures it concerns); its [`ErrorKind`] looks up everything else in
+//! one table (`kind.rs`); the route is attached once, by routing, as a [`RequestError`], which is
+//! what turns into the problem response and the log line — in exactly one place.
+
+mod kind;
+
+pub use kind::{ErrorKind, KindSpec, Level, Origin, Retry};
+
+use std::time::Duration;
+
+use http::{header, HeaderName, HeaderValue, Response};
+
+use crate::fence::{SignatureError, TokenError};
+use crate::gateway::{DestinationRefusal, HostRefusal};
+use crate::proxy::ProxyBody;
+use crate::request_id::RequestId;
+use crate::route::{MethodRefusal, PathRefusal, RenderError};
+use crate::store::StoreError;
+
+/// Header naming the key's high-water mark on a stale-fence refusal.
+pub const X_FENCE_CURRENT: HeaderName = HeaderName::from_static("x-fence-current");
+/// Seconds a client should wait before retrying a failure of kind [`Retry::Soon`].
+const RETRY_SOON_SECS: &str = "1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("no route matches {path}")]
+    NoRoute { path: String },
+    #[error("{path} is reserved for the gateway and names nothing")]
+    ReservedNotFound { path: String },
+    #[error("method not allowed here; use {allow}")]
+    MethodNotAllowed { allow: &'static str },
+    #[error("{0}")]
+    InvalidPath(PathRefusal),
+    #[error("{0}")]
+    InvalidMethod(MethodRefusal),
+    #[error("{0}")]
+    InvalidHost(HostRefusal),
+    #[error("{0}")]
+    Destination(DestinationRefusal),
+    #[error("the path may name a collection holding resources of fenced route {fenced_route}; write them there with their own tokens instead")]
+    FencedCollection { fenced_route: String },
+    #[error("the claim path names no valid resource key")]
+    BadClaimKey,
+    #[error(
+        "the request carries both Content-Length and Transfer-Encoding; its framing is ambiguous"
+    )]
+    AmbiguousFraming,
+    #[error("{error}")]
+    KeyUnavailable { error: RenderError },
+    #[error("key {key}: {error}")]
+    Token { key: String, error: TokenError },
+    #[error("key {key}: {error}")]
+    Signature { key: String, error: SignatureError },
+    #[error(
+        "key {key}: token {token} is more than {max_advance} above the high-water mark {current}"
+    )]
+    TooFarAhead {
+        key: String,
+        token: u64,
+        current: u64,
+        max_advance: u64,
+    },
+    #[error("key {key}: token {token} is below the high-water mark {current}")]
+    StaleFence {
+        key: String,
+        token: u64,
+        current: u64,
+    },
+    #[error("key {key}: token {token} was superseded by {current} while it waited for its turn")]
+    Superseded {
+        key: String,
+        token: u64,
+        current: u64,
+    },
+    #[error("key {key}: earlier writes of the key were still in flight after {after:?}")]
+    GateTimeout { key: String, after: Duration },
+    #[error("key {key}: the forward outlasted its key's turn and was cut")]
+    TurnLapsed { key: String },
+    #[error("key {key}: the fence store did not answer within {after:?}")]
+    StoreTimeout { key: String, after: Duration },
+    #[error("key {key}: {source}")]
+    StoreFailed {
+        key: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("upstream {}: {source}", if *.connect { "refused the connection" } else { "failed" })]
+    UpstreamUnavailable {
+        connect: bool,
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    #[error("the upstream did not answer within {after:?}")]
+    UpstreamTimeout { after: Duration },
+    #[error("the request body is malformed or was cut off")]
+    ClientBody,
+    #[error("the request body paused for longer than {after:?}")]
+    BodyTimeout { after: Duration },
+    #[error("no connection to the upstream was free within {after:?}")]
+    UpstreamBusy { after: Duration },
+    #[error("the gateway's memory for buffered bodies stayed full for {after:?}")]
+    MemoryBusy { after: Duration },
+    #[error("the request body is larger than {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("the request needs an idempotency key in the {header} header")]
+    IdempotencyKeyRequired { header: String },
+    #[error("idempotency key {key} was used for a different request")]
+    IdempotencyKeyReused { key: String },
+    #[error("a request with idempotency key {key} is still in progress")]
+    RequestInProgress { key: String, retry_after_secs: u64 },
+    #[error("the upstream's response body failed")]
+    UpstreamBodyFailed,
+    #[error("internal error: {0}")]
+    Internal(&'static str),
+}
+
+impl GatewayError {
+    /// Which row of the table this failure is.
+    pub fn kind(&self) -> ErrorKind {
+        use ErrorKind as K;
+        match self {
+            GatewayError::NoRoute { .. } => K::NoRoute,
+            GatewayError::ReservedNotFound { .. } => K::NoEndpoint,
+            GatewayError::MethodNotAllowed { .. } => K::MethodNotAllowed,
+            GatewayError::InvalidPath(_) => K::InvalidPath,
+            GatewayError::InvalidMethod(_) => K::InvalidMethod,
+            GatewayError::InvalidHost(_) => K::InvalidHost,
+            GatewayError::Destination(DestinationRefusal::Fenced { .. }) => K::FencedDestination,
+            GatewayError::Destination(_) => K::InvalidDestination,
+            GatewayError::FencedCollection { .. } => K::FencedCollection,
+            GatewayError::AmbiguousFraming => K::AmbiguousFraming,
+            GatewayError::BadClaimKey | GatewayError::KeyUnavailable { .. } => {
+                K::InvalidResourceKey
+            }
+            GatewayError::Token {
+                error: TokenError::Missing,
+                ..
+            } => K::MissingFence,
+            GatewayError::Token { .. } => K::InvalidFence,
+            GatewayError::Signature {
+                error: SignatureError::Missing,
+                ..
+            } => K::MissingFenceSignature,
+            GatewayError::Signature { .. } => K::InvalidFenceSignature,
+            GatewayError::TooFarAhead { .. } => K::FenceTooFarAhead,
+            GatewayError::StaleFence { .. } | GatewayError::Superseded { .. } => K::StaleFence,
+            GatewayError::GateTimeout { .. } => K::GateTimeout,
+            GatewayError::TurnLapsed { .. } => K::TurnLapsed,
+            GatewayError::StoreFailed {
+                source: StoreError::Untrusted { .. },
+                ..
+            } => K::StoreUntrusted,
+            GatewayError::StoreFailed { .. } => K::StoreUnavailable,
+            GatewayError::StoreTimeout { .. } => K::StoreTimeout,
+            GatewayError::UpstreamUnavailable { .. } => K::UpstreamUnavailable,
+            GatewayError::UpstreamBodyFailed => K::UpstreamResponseFailed,
+            GatewayError::UpstreamTimeout { .. } => K::UpstreamTimeout,
+            GatewayError::ClientBody => K::InvalidRequestBody,
+            GatewayError::BodyTimeout { .. } => K::BodyTimeout,
+            GatewayError::UpstreamBusy { .. } => K::UpstreamBusy,
+            GatewayError::MemoryBusy { .. } => K::MemoryBusy,
+            GatewayError::BodyTooLarge { .. } => K::BodyTooLarge,
+            GatewayError::IdempotencyKeyRequired { .. } => K::IdempotencyKeyRequired,
+            GatewayError::IdempotencyKeyReused { .. } => K::IdempotencyKeyReused,
+            GatewayError::RequestInProgress { .. } => K::RequestInProgress,
+            GatewayError::Internal(_) => K::Internal,
+        }
+    }
+
+    pub fn origin(&self) -> Origin {
+        self.kind().spec().origin
+    }
+
+    /// This failure on `route`: the context every answer and log line carries.
+    pub fn on_route(self, route: impl Into<String>) -> RequestError {
+        RequestError {
+            error: self,
+            route: Some(route.into()),
+        }
+    }
+
+    /// The resource key the failure concerns, when it concerns one.
+    fn key(&self) -> Option<&str> {
+        match self {
+            GatewayError::Token { key, .. }
+            | GatewayError::Signature { key, .. }
+            | GatewayError::TooFarAhead { key, .. }
+            | GatewayError::StaleFence { key, .. }
+            | GatewayError::Superseded { key, .. }
+            | GatewayError::GateTimeout { key, .. }
+            | GatewayError::TurnLapsed { key }
+            | GatewayError::StoreTimeout { key, .. }
+            | GatewayError::StoreFailed { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    /// What the client reads in `detail`: the message, except where it would say more than a
+    /// client should know.
+    fn detail(&self) -> String {
+        match self {
+            // Internal details never reach the client.
+            GatewayError::Internal(_) => "the gateway failed to handle the request".to_owned(),
+            GatewayError::StoreFailed {
+                key,
+                source: StoreError::Untrusted { reason },
+            } => format!(
+                "key {key}: {reason}; fenced requests are refused until an operator runs `fencegate store adopt`"
+            ),
+            GatewayError::StoreFailed { key, .. } => {
+                format!("key {key}: the fence store failed; the request was not forwarded")
+            }
+            GatewayError::UpstreamUnavailable { connect, .. } => format!(
+                "the upstream {}",
+                if *connect {
+                    "refused the connection"
+                } else {
+                    "closed the connection or failed"
+                }
+            ),
+            other => other.to_string(),
+        }
+    }
+
+    /// The one place a failure without a route becomes an HTTP answer (see
+    /// [`RequestError::into_response`]).
+    pub fn into_response(self, request_id: &RequestId) -> Response<ProxyBody> {
+        RequestError::from(self).into_response(request_id)
+    }
+}
+
+/// A failure with the route it happened on, if it got that far.
+#[derive(Debug)]
+pub struct RequestError {
+    pub error: GatewayError,
+    pub route: Option<String>,
+}
+
+impl From<GatewayError> for RequestError {
+    fn from(error: GatewayError) -> RequestError {
+        RequestError { error, route: None }
+    }
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.route {
+            Some(route) => write!(f, "route {route}: {}", self.error),
+            None => write!(f, "{}", self.error),
+        }
+    }
+}
+
+impl std::error::Error for RequestError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl RequestError {
+    /// The one place a failure becomes an HTTP answer, logged once with the request's id.
+    pub fn into_response(self, request_id: &RequestId) -> Response<ProxyBody> {
+        self.log(request_id);
+        let RequestError { error, route } = self;
+        let kind = error.kind();
+        let detail = match &route {
+            Some(route) => format!("route {route}: {}", error.detail()),
+            None => error.detail(),
+        };
+        let mut problem = kind.problem(detail);
+        problem.key = error.key().map(str::to_owned);
+        problem.route = route;
+        let mut extra: Option<(HeaderName, HeaderValue)> = match kind.spec().retry {
+            Retry::No => None,
+            Retry::Soon => Some((
+                header::RETRY_AFTER,
+                HeaderValue::from_static(RETRY_SOON_SECS),
+            )),
+            Retry::After => match &error {
+                GatewayError::RequestInProgress {
+                    retry_after_secs, ..
+                } => Some((header::RETRY_AFTER, HeaderValue::from(*retry_after_secs))),
+                _ => None,
+            },
+        };
+        match &error {
+            GatewayError::TooFarAhead {
+                token,
+                current,
+                max_advance,
+                ..
+            } => {
+                problem.fence = Some(*token);
+                problem.current_fence = Some(*current);
+                problem.max_advance = Some(*max_advance);
+                extra = Some((X_FENCE_CURRENT, HeaderValue::from(*current)));
+            }
+            GatewayError::StaleFence { token, current, .. }
+            | GatewayError::Superseded { token, current, .. } => {
+                problem.fence = Some(*token);
+                problem.current_fence = Some(*current);
+                extra = Some((X_FENCE_CURRENT, HeaderValue::from(*current)));
+            }
+            GatewayError::MethodNotAllowed { allow } => {
+                extra = Some((header::ALLOW, HeaderValue::from_static(allow)));
+            }
+            _ => {}
+        }
+        let mut response = problem.into_response();
+        if let Some((name, value)) = extra {
+            response.headers_mut().insert(name, value);
+        }
+        response
+    }
+
+    fn log(&self, request_id: &RequestId) {
+        let route = self.route.as_deref().unwrap_or("");
+        match &self.error {
+            GatewayError::StaleFence {
+                key,
+                token,
+                current,
+            }
+            | GatewayError::Superseded {
+                key,
+                token,
+                current,
+            } => tracing::info!(
+                %route,
+                %key,
+                token,
+                current,
+                %request_id,
+                "refused: stale fencing token"
+            ),
+            GatewayError::Token { key, error } => {
+                tracing::info!(%route, %key, reason = %error, %request_id, "refused: fencing token")
+            }
+            GatewayError::Signature { key, error } => {
+                tracing::info!(%route, %key, reason = %error, %request_id, "refused: fencing token signature")
+            }
+            GatewayError::TooFarAhead {
+                key,
+                token,
+                current,
+                max_advance,
+            } => tracing::info!(
+                %route,
+                %key,
+                token,
+                current,
+                max_advance,
+                %request_id,
+                "refused: fencing token too far ahead"
+            ),
+            other => match other.kind().spec().level {
+                Level::Debug | Level::Info => {
+                    tracing::debug!(error = %self, %request_id, "refused")
+                }
+                Level::Warn => tracing::warn!(error = %self, %request_id, "request failed"),
+                Level::Error => tracing::error!(error = %self, %request_id, "internal error"),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_keeps_statuses_and_slugs_and_logs_client_errors_quietly() {
+        let kinds = [
+            ErrorKind::NoRoute,
+            ErrorKind::StaleFence,
+            ErrorKind::StoreUntrusted,
+            ErrorKind::UpstreamBusy,
+            ErrorKind::Internal,
+            ErrorKind::Unauthorized,
+        ];
+        for kind in kinds {
+            let spec = kind.spec();
+            assert!(!spec.slug.is_empty() && !spec.title.is_empty(), "{kind:?}");
+            if spec.origin == Origin::Client {
+                assert!(matches!(spec.level, Level::Debug | Level::Info), "{kind:?}");
+            }
+        }
+        assert_eq!(ErrorKind::StaleFence.spec().status, 409);
+        assert_eq!(ErrorKind::StoreUntrusted.spec().slug, "store-untrusted");
+    }
+}

@@ -15,14 +15,12 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, RedisError, Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::mailbox;
-use super::per_thread::PerThread;
-use super::redact::redact_password;
-use super::{
-    mismatch_reason, new_store_id, Advance, ExpectedIdentity, FenceStore, StoreError, StoreFuture,
-    StoreIdentity,
-};
 use crate::config::{Compare, RedisStoreConfig, DEFAULT_STORE_TIMEOUT};
+use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
+use crate::store::plumbing::mailbox;
+use crate::store::plumbing::per_thread::PerThread;
+use crate::store::plumbing::redact::redact_password;
+use crate::store::{new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use durability::{judge_durability, read_persistence, Durability};
 use intents::IntentScripts;
 use script::{

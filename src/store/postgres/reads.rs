@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use sqlx::postgres::PgPool;
 use tokio::sync::oneshot;
 
-use super::postgres::{decode_mark, fail_batch};
-use super::StoreError;
+use super::{decode_mark, fail_batch};
+use crate::store::StoreError;
 
 pub(super) struct ReadRequest {
     pub key: String,

@@ -1,7 +1,7 @@
 //! Intent records in the embedded store: the `intents` table and the writer task's intent
 //! commands. The writer runs each batch's intent commands in one transaction, so every `begin` is
 //! read → `decide_begin` → write with nobody in between, and the batch shares one fsync; runs of
-//! single-key commands share one read and one write too (`embedded_intent_batch`).
+//! single-key commands share one read and one write too (`intent_batch.rs`).
 
 use std::sync::Arc;
 
@@ -9,10 +9,10 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::Connection as _;
 use tokio::sync::oneshot;
 
-use super::embedded_intent_batch::{apply_alone, apply_run, is_single_key, Answer};
-use super::intent_rows::{encode_ms, CorruptIntent, IntentRow};
-use super::intents::{BeginRequest, Begun, IntentRecord, Resolution, StoredOutcome};
-use super::StoreError;
+use super::intent_batch::{apply_alone, apply_run, is_single_key, Answer};
+use crate::store::intents::{BeginRequest, Begun, IntentRecord, Resolution, StoredOutcome};
+use crate::store::plumbing::intent_rows::{encode_ms, CorruptIntent, IntentRow};
+use crate::store::StoreError;
 
 const BACKEND: &str = "embedded";
 

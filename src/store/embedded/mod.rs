@@ -3,10 +3,13 @@
 //!
 //! Group commit needs no timer: while one commit is syncing, new requests queue and the next batch
 //! takes all of them, so a lone request never waits for company. The batches run on the serving
-//! thread that found the writer idle (`combining`), not on a writer task of their own. The file is
-//! opened with `locking_mode = EXCLUSIVE`, so a second process cannot open the same store by
-//! mistake.
-//! Intent records (`embedded_intents`) go through the same writer, one transaction per batch.
+//! thread that found the writer idle (`plumbing/combining.rs`), not on a writer task of their own.
+//! The file is opened with `locking_mode = EXCLUSIVE`, so a second process cannot open the same
+//! store by mistake.
+//! Intent records (`intents.rs`) go through the same writer, one transaction per batch.
+
+mod intent_batch;
+mod intents;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,14 +24,17 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions as _, Connection as _, QueryBuilder, Sqlite};
 use tokio::sync::oneshot;
 
-use super::combining::{BatchWriter, Combiner};
-use super::embedded_intents::{self, IntentCommand};
-use super::intents::{BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome};
-use super::{
-    decide, mismatch_reason, new_store_id, Advance, AdvancedAndBegun, ExpectedIdentity, FenceStore,
-    StoreError, StoreFuture, StoreIdentity,
-};
 use crate::config::Compare;
+use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
+use crate::store::intents::{
+    BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome,
+};
+use crate::store::plumbing::combining::{BatchWriter, Combiner};
+use crate::store::{
+    decide, new_store_id, Advance, AdvancedAndBegun, FenceStore, StoreError, StoreFuture,
+    StoreIdentity,
+};
+use intents::IntentCommand;
 
 const BACKEND: &str = "embedded";
 /// Most commands per writer batch, whatever `max_batch` says: a batch binds up to three SQL
@@ -105,7 +111,7 @@ impl EmbeddedStore {
             .execute(&mut connection)
             .await
             .map_err(open_error)?;
-        sqlx::raw_sql(embedded_intents::SCHEMA)
+        sqlx::raw_sql(intents::SCHEMA)
             .execute(&mut connection)
             .await
             .map_err(open_error)?;
@@ -408,7 +414,7 @@ async fn process(
         let _ = reply.send(Ok(outcome));
     }
     // After the marks, so that intents in a batch do not delay its fence advances.
-    embedded_intents::apply(connection, intents).await;
+    intents::apply(connection, intents).await;
     close
 }
 

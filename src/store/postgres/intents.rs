@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use sqlx::{PgConnection, PgPool};
 
-use super::intent_rows::{encode_ms, IntentRow};
-use super::intents::{
+use super::{backend_error, decode_mark, encode_mark, PostgresStore, BACKEND};
+use crate::store::intents::{
     decide_begin, BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome,
 };
-use super::postgres::{backend_error, decode_mark, encode_mark, PostgresStore, BACKEND};
-use super::{StoreError, StoreFuture};
+use crate::store::plumbing::intent_rows::{encode_ms, IntentRow};
+use crate::store::{StoreError, StoreFuture};
 
 /// How often `begin` retries after the row it expected vanished between its insert and its lock
 /// (a concurrent prune or release): each round only repeats because another replica made

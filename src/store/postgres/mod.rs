@@ -1,12 +1,19 @@
 //! The PostgreSQL backend: marks shared by every gateway replica. Concurrent advances are batched
 //! into one `INSERT … ON CONFLICT DO UPDATE` over arrays per round trip, per serving thread
-//! (`postgres_thread_batchers`); each key's check and write are one atomic step of that
+//! (`thread_batchers.rs`); each key's check and write are one atomic step of that
 //! statement, durable (synchronous_commit) when it returns.
 //!
 //! Within one batch a key appears once, with the largest token asked for it: the requests of a
 //! batch were all in flight at once, so ordering them by token is a valid linearization, and the
 //! statement's `previous_mark` tells where that order starts. Intent records live next to the
-//! marks (`postgres_intents`).
+//! marks (`intents.rs`).
+
+mod batcher;
+mod intents;
+mod reads;
+mod thread_batchers;
+mod turn_wants;
+mod turns;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,15 +23,15 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::ConnectOptions as _;
 use tokio::sync::{mpsc, oneshot};
 
-use super::postgres_batcher;
-use super::postgres_reads::{read_marks, ReadRequest};
-use super::postgres_thread_batchers::ThreadBatchers;
-use super::redact::redact_password;
-use super::{
-    decide, mismatch_reason, new_store_id, Advance, ExpectedIdentity, FenceStore, PostgresTurns,
-    StoreError, StoreFuture, StoreIdentity,
-};
 use crate::config::{Compare, PostgresStoreConfig};
+use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
+use crate::store::plumbing::redact::redact_password;
+use crate::store::{
+    decide, new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity,
+};
+use reads::{read_marks, ReadRequest};
+use thread_batchers::ThreadBatchers;
+pub use turns::PostgresTurns;
 
 pub(super) const BACKEND: &str = "postgres";
 /// How long opening (and each later connection attempt) may take before it counts as a failure.
@@ -86,7 +93,7 @@ impl PostgresStore {
             in_flight,
             Arc::clone(&expected),
         );
-        let reads = postgres_batcher::start(
+        let reads = batcher::start(
             pool.clone(),
             config.max_batch,
             in_flight,

@@ -9,9 +9,10 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions as _, Connection as _};
 use tokio::sync::{mpsc, Semaphore};
 
-use super::per_thread::PerThread;
-use super::postgres::{execute, fail_batch, AdvanceRequest, Executed, CONNECT_TIMEOUT};
-use super::{ExpectedIdentity, StoreError};
+use super::{execute, fail_batch, AdvanceRequest, Executed, CONNECT_TIMEOUT};
+use crate::store::guard::expected::ExpectedIdentity;
+use crate::store::plumbing::per_thread::PerThread;
+use crate::store::StoreError;
 
 /// Requests that may queue for one thread's batcher before callers wait.
 const QUEUE: usize = 16 * 1024;

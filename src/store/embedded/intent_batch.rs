@@ -12,6 +12,7 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::{Connection as _, QueryBuilder, Sqlite};
 
 use super::intents::{backend_error, encode_fence, IntentCommand, COLUMNS};
+use super::BACKEND;
 use crate::store::intents::{decide_begin, IntentRecord, IntentState, Resolution, StoredOutcome};
 use crate::store::plumbing::intent_rows::{encode_ms, CorruptIntent, IntentRow};
 use crate::store::StoreError;
@@ -323,7 +324,7 @@ impl RunState {
 
 fn corrupt_error(corrupt: CorruptIntent) -> StoreError {
     StoreError::Backend {
-        backend: "embedded",
+        backend: BACKEND,
         source: Arc::new(corrupt),
     }
 }

@@ -10,11 +10,10 @@ use sqlx::Connection as _;
 use tokio::sync::oneshot;
 
 use super::intent_batch::{apply_alone, apply_run, is_single_key, Answer};
+use super::BACKEND;
 use crate::store::intents::{BeginRequest, Begun, IntentRecord, Resolution, StoredOutcome};
 use crate::store::plumbing::intent_rows::{encode_ms, CorruptIntent, IntentRow};
 use crate::store::StoreError;
-
-const BACKEND: &str = "embedded";
 
 /// The intents table, created at open next to the marks. `fence` holds the u64 bit for bit like
 /// `fence_marks.mark`; times are milliseconds since the epoch; `outcome` is

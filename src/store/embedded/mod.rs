@@ -36,6 +36,7 @@ use crate::store::{
 };
 use intents::IntentCommand;
 
+/// The backend's name in errors, logs and metrics.
 const BACKEND: &str = "embedded";
 /// Most commands per writer batch, whatever `max_batch` says: a batch binds up to three SQL
 /// parameters per advance, and SQLite allows 32,766 per statement.

@@ -33,7 +33,8 @@ use reads::{read_marks, ReadRequest};
 use thread_batchers::ThreadBatchers;
 pub use turns::PostgresTurns;
 
-pub(super) const BACKEND: &str = "postgres";
+/// The backend's name in errors, logs and metrics.
+const BACKEND: &str = "postgres";
 /// How long opening (and each later connection attempt) may take before it counts as a failure.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 

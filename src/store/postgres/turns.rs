@@ -13,13 +13,12 @@ use sqlx::ConnectOptions as _;
 use tokio::sync::{mpsc, oneshot};
 
 use super::turn_wants::{ReleaseNow, TurnWants};
-use super::{decode_mark, encode_mark};
+use super::{decode_mark, encode_mark, BACKEND};
 use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
 use crate::store::plumbing::per_thread::{PerThread, TaskQueue};
 use crate::store::turns::{Renewal, TakeTurn, TurnStore};
 use crate::store::{StoreError, StoreFuture};
 
-const BACKEND: &str = "postgres";
 /// Longest a connect or one batch's statement may take; past it the connection is given up.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most takes and releases in one statement.

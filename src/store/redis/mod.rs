@@ -30,6 +30,7 @@ use script::{
 pub use turns::RedisTurns;
 use turns::TurnScripts;
 
+/// The backend's name in errors, logs and metrics.
 const BACKEND: &str = "redis";
 /// Requests that may queue for the writer before callers wait (their store timeout still runs).
 const COMMAND_QUEUE: usize = 16 * 1024;

@@ -4,6 +4,11 @@
 
 use crate::store::intents::{IntentRecord, IntentState, StoredOutcome};
 
+/// The columns of `intents`, in the order of [`IntentRow`] (and of the backends' inserts).
+pub(crate) const COLUMNS: &str =
+    "key, route, fence, fingerprint, state, attempt, attempt_expires_ms, \
+                       created_ms, updated_ms, expires_ms, outcome";
+
 /// One row of `intents` as a SQL backend returns it; `fence` is in the backend's own encoding.
 #[derive(sqlx::FromRow)]
 pub(crate) struct IntentRow {

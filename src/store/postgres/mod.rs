@@ -1,83 +1,56 @@
-//! The PostgreSQL backend: marks shared by every gateway replica. Concurrent advances are batched
-//! into one `INSERT … ON CONFLICT DO UPDATE` over arrays per round trip, per serving thread
-//! (`thread_batchers.rs`); each key's check and write are one atomic step of that
-//! statement, durable (synchronous_commit) when it returns.
+//! The PostgreSQL backend: marks shared by every gateway replica. This module owns the
+//! `PostgresStore` handle, its opening and migrating, and the backend's name and errors.
 //!
-//! Within one batch a key appears once, with the largest token asked for it: the requests of a
-//! batch were all in flight at once, so ordering them by token is a valid linearization, and the
-//! statement's `previous_mark` tells where that order starts. Intent records live next to the
-//! marks (`intents.rs`).
+//! Concurrent advances are batched into one `INSERT … ON CONFLICT DO UPDATE` over arrays per round
+//! trip (`advance.rs`), per serving thread (`thread_batchers.rs`); each key's check and write are
+//! one atomic step of that statement, durable (synchronous_commit) when it returns. Within one
+//! batch a key appears once, with the largest token asked for it: the requests of a batch were all
+//! in flight at once, so ordering them by token is a valid linearization, and the statement's
+//! `previous_mark` tells where that order starts.
+//!
+//! - `reads.rs`: batched mark reads; `intents.rs`: intent records, next to the marks.
+//! - `turns.rs`, `turn_wants.rs`: key turns for the ordering gate.
+//! - `schema.rs`: schema creation and migrations; `codec.rs`: how a mark is stored.
 
+mod advance;
 mod batcher;
+mod codec;
 mod intents;
 mod reads;
+mod schema;
 mod thread_batchers;
 mod turn_wants;
 mod turns;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::ConnectOptions as _;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Compare, PostgresStoreConfig};
-use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
+use crate::store::guard::expected::ExpectedIdentity;
 use crate::store::plumbing::redact::redact_password;
-use crate::store::{
-    decide, new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity,
-};
+use crate::store::{new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
+use advance::AdvanceRequest;
 use reads::{read_marks, ReadRequest};
+use schema::{create_schema, migrate_pool};
 use thread_batchers::ThreadBatchers;
 pub use turns::PostgresTurns;
 
 /// The backend's name in errors, logs and metrics.
 const BACKEND: &str = "postgres";
 /// How long opening (and each later connection attempt) may take before it counts as a failure.
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Advisory-lock key serializing schema creation among replicas ("fencegat" in ASCII).
-const SCHEMA_LOCK_KEY: i64 = 0x6665_6e63_6567_6174;
-
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
-
-/// The batched compare-and-advance: one row per key, the previous mark returned by the same
-/// atomic update that raises it. With `$3`, the adopted store's id, nothing is advanced unless
-/// the store's identity record holds it, and one row with `ok` false says so (a store wiped or
-/// replaced since it was adopted).
-const ADVANCE_SQL: &str = "
-WITH ident AS (
-    SELECT $3::text IS NULL OR EXISTS (
-        SELECT 1 FROM fencegate_meta WHERE name = 'store_id' AND value = $3::text) AS ok
-), advanced AS (
-    INSERT INTO fence_marks AS m (key, mark, previous_mark)
-    SELECT input.key, input.token, NULL
-    FROM unnest($1::text[], $2::bigint[]) AS input(key, token), ident
-    WHERE ident.ok
-    ON CONFLICT (key) DO UPDATE
-        SET previous_mark = m.mark, mark = GREATEST(m.mark, excluded.mark)
-    RETURNING m.key, m.previous_mark
-)
-SELECT advanced.key, advanced.previous_mark, true AS ok FROM advanced
-UNION ALL
-SELECT NULL, NULL, false FROM ident WHERE NOT ident.ok";
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct PostgresStore {
-    pub(super) pool: PgPool,
+    pool: PgPool,
     advances: ThreadBatchers,
     reads: mpsc::Sender<ReadRequest>,
     expected: Arc<ExpectedIdentity>,
     /// For the key-turn sessions.
     options: PgConnectOptions,
-}
-
-pub(super) struct AdvanceRequest {
-    key: String,
-    token: u64,
-    compare: Compare,
-    pub(super) reply: oneshot::Sender<Result<Advance, StoreError>>,
 }
 
 impl PostgresStore {
@@ -169,32 +142,6 @@ async fn connect(
     Ok(pool)
 }
 
-/// `CREATE SCHEMA IF NOT EXISTS`, under an advisory lock: replicas starting together would
-/// otherwise race on the catalog's unique index. The schema is validated as a plain identifier
-/// when the configuration loads.
-async fn create_schema(pool: &PgPool, schema: &str) -> Result<(), sqlx::Error> {
-    let mut connection = pool.acquire().await?;
-    sqlx::query("SELECT pg_advisory_lock($1)")
-        .bind(SCHEMA_LOCK_KEY)
-        .execute(&mut *connection)
-        .await?;
-    let created = sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-        .execute(&mut *connection)
-        .await;
-    sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(SCHEMA_LOCK_KEY)
-        .execute(&mut *connection)
-        .await?;
-    created.map(|_| ())
-}
-
-async fn migrate_pool(pool: &PgPool, schema: &str) -> Result<(), StoreError> {
-    MIGRATOR.run(pool).await.map_err(|e| StoreError::Setup {
-        backend: BACKEND,
-        detail: format!("migrating schema {schema}: {e}"),
-    })
-}
-
 impl FenceStore for PostgresStore {
     fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance> {
         let key = key.to_owned();
@@ -264,133 +211,8 @@ impl FenceStore for PostgresStore {
     }
 }
 
-/// What became of a batch [`execute`] ran.
-pub(super) enum Executed {
-    /// Every request was answered; the connection is fine.
-    Answered,
-    /// The statement failed before any answer (nothing was answered): the batch is handed back,
-    /// and the connection is in an unknown state.
-    Failed {
-        batch: Vec<AdvanceRequest>,
-        source: sqlx::Error,
-    },
-}
-
-/// Runs one batch of advances on `connection` and answers each of its requests. `repeated`: the
-/// batch already failed once on another connection, whose statement may have run: a key whose
-/// mark is now exactly the largest token asked for it may owe that to the lost attempt, so its
-/// requests are answered with an error (outcome unknown), never as stale or as a fresh advance —
-/// except that largest token under `monotonic`, which passes against its own mark either way.
-pub(super) async fn execute(
-    connection: &mut PgConnection,
-    batch: Vec<AdvanceRequest>,
-    expected: Option<&str>,
-    repeated: bool,
-) -> Executed {
-    // One row per key, with the largest token; sorted so concurrent batches lock rows in one order.
-    let mut largest: BTreeMap<String, u64> = BTreeMap::new();
-    for request in &batch {
-        let entry = largest.entry(request.key.clone()).or_insert(request.token);
-        *entry = (*entry).max(request.token);
-    }
-    let keys: Vec<&str> = largest.keys().map(String::as_str).collect();
-    let tokens: Vec<i64> = largest.values().map(|t| encode_mark(*t)).collect();
-    let rows: Result<Vec<AdvanceRow>, sqlx::Error> = sqlx::query_as(ADVANCE_SQL)
-        .bind(&keys)
-        .bind(&tokens)
-        .bind(expected)
-        .fetch_all(connection)
-        .await;
-    let previous: BTreeMap<String, Option<u64>> = match rows {
-        Ok(rows) if rows.iter().any(|(_, _, ok)| !ok) => {
-            let reason = mismatch_reason(expected.unwrap_or_default(), None);
-            for request in batch {
-                let _ = request.reply.send(Err(StoreError::Untrusted {
-                    reason: reason.clone(),
-                }));
-            }
-            return Executed::Answered;
-        }
-        Ok(rows) => rows
-            .into_iter()
-            .filter_map(|(key, previous, _)| Some((key?, previous.map(decode_mark))))
-            .collect(),
-        Err(source) => return Executed::Failed { batch, source },
-    };
-    let batch = if repeated {
-        let (unknown, known): (Vec<AdvanceRequest>, Vec<AdvanceRequest>) =
-            batch.into_iter().partition(|request| {
-                let largest = largest.get(&request.key).copied();
-                let at_own_token = previous.get(&request.key).copied().flatten() == largest;
-                // The largest monotonic token passes against its own mark either way.
-                let passes_anyway =
-                    Some(request.token) == largest && request.compare == Compare::Monotonic;
-                at_own_token && !passes_anyway
-            });
-        for request in unknown {
-            let _ = request.reply.send(Err(StoreError::Setup {
-                backend: BACKEND,
-                detail: format!(
-                    "the answer to an advance of key {} was lost and its repeat found the key at its own token: whether the token was new is unknown",
-                    request.key
-                ),
-            }));
-        }
-        known
-    } else {
-        batch
-    };
-    answer_in_token_order(batch, &previous);
-    Executed::Answered
-}
-
-/// One row of [`ADVANCE_SQL`]: the key and the mark it replaced, or (`ok` false, the others
-/// NULL) the store's refusal for not holding the adopted identity.
-type AdvanceRow = (Option<String>, Option<i64>, bool);
-
-/// Decides every request of a batch: per key, in ascending token order from the mark the
-/// statement replaced.
-fn answer_in_token_order(mut batch: Vec<AdvanceRequest>, previous: &BTreeMap<String, Option<u64>>) {
-    batch.sort_by(|a, b| a.key.cmp(&b.key).then(a.token.cmp(&b.token)));
-    let mut running: Option<(String, Option<u64>)> = None;
-    for request in batch {
-        let mark = match &running {
-            Some((key, mark)) if *key == request.key => *mark,
-            _ => match previous.get(&request.key) {
-                Some(previous) => *previous,
-                None => {
-                    let _ = request.reply.send(Err(StoreError::Setup {
-                        backend: BACKEND,
-                        detail: format!(
-                            "the advance statement returned no row for key {}",
-                            request.key
-                        ),
-                    }));
-                    continue;
-                }
-            },
-        };
-        let outcome = decide(mark, request.token, request.compare);
-        let after = match outcome {
-            Advance::Accepted { .. } => Some(mark.map_or(request.token, |m| m.max(request.token))),
-            Advance::Stale { .. } => mark,
-        };
-        running = Some((request.key, after));
-        let _ = request.reply.send(Ok(outcome));
-    }
-}
-
-/// u64 → bigint with the top bit flipped: order-preserving, so SQL compares marks correctly.
-pub(crate) fn encode_mark(mark: u64) -> i64 {
-    i64::from_ne_bytes((mark ^ (1 << 63)).to_ne_bytes())
-}
-
-pub(crate) fn decode_mark(stored: i64) -> u64 {
-    u64::from_ne_bytes(stored.to_ne_bytes()) ^ (1 << 63)
-}
-
 /// Answers every request of a failed batch with the batch's error.
-pub(super) fn fail_batch<T>(
+fn fail_batch<T>(
     replies: impl IntoIterator<Item = oneshot::Sender<Result<T, StoreError>>>,
     source: sqlx::Error,
 ) {
@@ -410,38 +232,12 @@ pub(super) fn fail_batch<T>(
 
 /// A failed statement as the store reports it: after `close` the pool refuses every call, which
 /// the `FenceStore` contract calls `Closed`.
-pub(super) fn backend_error(source: sqlx::Error) -> StoreError {
+fn backend_error(source: sqlx::Error) -> StoreError {
     match source {
         sqlx::Error::PoolClosed => StoreError::Closed,
         source => StoreError::Backend {
             backend: BACKEND,
             source: Arc::new(source),
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-
-    use super::*;
-
-    #[test]
-    fn mark_encoding_preserves_order() {
-        let marks = [
-            0,
-            1,
-            9,
-            1 << 53,
-            (1 << 63) - 1,
-            1 << 63,
-            u64::MAX - 1,
-            u64::MAX,
-        ];
-        for pair in marks.windows(2) {
-            assert!(encode_mark(pair[0]) < encode_mark(pair[1]), "{pair:?}");
-        }
-        for mark in marks {
-            assert_eq!(decode_mark(encode_mark(mark)), mark);
-        }
     }
 }

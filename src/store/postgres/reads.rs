@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use sqlx::postgres::PgPool;
 use tokio::sync::oneshot;
 
-use super::{decode_mark, fail_batch};
+use super::codec::decode_mark;
+use super::fail_batch;
 use crate::store::StoreError;
 
 pub(super) struct ReadRequest {

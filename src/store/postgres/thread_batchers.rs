@@ -9,7 +9,8 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions as _, Connection as _};
 use tokio::sync::{mpsc, Semaphore};
 
-use super::{execute, fail_batch, AdvanceRequest, Executed, CONNECT_TIMEOUT};
+use super::advance::{execute, AdvanceRequest, Executed};
+use super::{fail_batch, CONNECT_TIMEOUT};
 use crate::store::guard::expected::ExpectedIdentity;
 use crate::store::plumbing::per_thread::PerThread;
 use crate::store::StoreError;

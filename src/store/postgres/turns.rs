@@ -12,8 +12,9 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::ConnectOptions as _;
 use tokio::sync::{mpsc, oneshot};
 
+use super::codec::{decode_mark, encode_mark};
 use super::turn_wants::{ReleaseNow, TurnWants};
-use super::{decode_mark, encode_mark, BACKEND};
+use super::BACKEND;
 use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
 use crate::store::plumbing::per_thread::{PerThread, TaskQueue};
 use crate::store::turns::{Renewal, TakeTurn, TurnStore};

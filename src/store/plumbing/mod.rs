@@ -2,8 +2,9 @@
 //! flat combining, the batching loop, the SQL backends' intent row and the URL redactor. Nothing
 //! here knows a backend's schema or wire format.
 
-pub(crate) mod combining;
-pub(crate) mod intent_rows;
-pub(crate) mod mailbox;
-pub(crate) mod per_thread;
-pub(crate) mod redact;
+pub(super) mod batches;
+pub(super) mod combining;
+pub(super) mod intent_rows;
+pub(super) mod mailbox;
+pub(super) mod per_thread;
+pub(super) mod redact;

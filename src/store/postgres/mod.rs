@@ -13,7 +13,6 @@
 //! - `schema.rs`: schema creation and migrations; `codec.rs`: how a mark is stored.
 
 mod advance;
-mod batcher;
 mod codec;
 mod intents;
 mod reads;
@@ -34,7 +33,7 @@ use crate::store::guard::expected::ExpectedIdentity;
 use crate::store::plumbing::redact::redact_password;
 use crate::store::{new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use advance::AdvanceRequest;
-use reads::{read_marks, ReadRequest};
+use reads::ReadRequest;
 use schema::{create_schema, migrate_pool};
 use thread_batchers::ThreadBatchers;
 pub use turns::PostgresTurns;
@@ -67,12 +66,7 @@ impl PostgresStore {
             in_flight,
             Arc::clone(&expected),
         );
-        let reads = batcher::start(
-            pool.clone(),
-            config.max_batch,
-            in_flight,
-            |pool, batch: Vec<ReadRequest>| Box::pin(read_marks(pool, batch)),
-        );
+        let reads = reads::start(pool.clone(), config.max_batch, in_flight);
         Ok(PostgresStore {
             pool,
             advances,

@@ -1,44 +1,34 @@
-//! The fence store: durable high-water marks per resource key behind one trait (docs/design.md §4),
-//! with one file per backend chosen by the `[store]` table.
+//! The fence store: durable high-water marks per resource key behind one trait (docs/design.md §4).
+//! This module owns the `FenceStore` trait, its answers and errors, and the opening of the backend
+//! the `[store]` table names; each backend is a directory of its own.
+//!
+//! - `embedded/`, `postgres/`, `redis/`: the backends, each with its own schema and encoding.
+//! - `plumbing/`: request queues and batching shared by the backends.
+//! - `guard/`: what the gateway keeps around a backend: the mark cache, `CheckedStore`, trust,
+//!   the adopted identity and the replica name.
+//! - `intents.rs`, `turns.rs`: the intent-record and key-turn traits the backends implement.
 
-pub mod adoption;
-mod cache;
-mod checked;
-mod combining;
 mod embedded;
-mod embedded_intent_batch;
-mod embedded_intents;
-mod expected;
-mod intent_rows;
+mod guard;
 pub mod intents;
-mod mailbox;
-pub(crate) mod per_thread;
+mod plumbing;
 mod postgres;
-mod postgres_batcher;
-mod postgres_intents;
-mod postgres_reads;
-mod postgres_thread_batchers;
-mod postgres_turn_wants;
-mod postgres_turns;
-mod redact;
 mod redis;
-mod replica;
-mod trust;
 mod turns;
 
-pub use cache::MarkCache;
-pub use checked::CheckedStore;
 pub use embedded::EmbeddedStore;
-pub use expected::{mismatch_reason, ExpectedIdentity};
+pub use guard::adoption;
+pub use guard::cache::MarkCache;
+pub use guard::checked::CheckedStore;
+pub use guard::expected::{mismatch_reason, ExpectedIdentity};
+pub use guard::replica::Replica;
+pub use guard::trust::StoreTrust;
 pub use intents::{
     decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
     StoredOutcome,
 };
-pub use postgres::{migrate as migrate_postgres, PostgresStore};
-pub use postgres_turns::PostgresTurns;
+pub use postgres::{migrate as migrate_postgres, PostgresStore, PostgresTurns};
 pub use redis::RedisStore;
-pub use replica::Replica;
-pub use trust::StoreTrust;
 pub use turns::{Renewal, TakeTurn, TurnStore};
 
 use std::future::Future;

@@ -1,5 +1,5 @@
 //! A key's turn across replicas, kept in the store as a lease (docs/design.md §4.5): the trait each
-//! network backend implements (`postgres_turns.rs`, `redis/turns.rs`) and what one take, release or
+//! network backend implements (`postgres/turns.rs`, `redis/turns.rs`) and what one take, release or
 //! renewal names. A turn belongs to one replica (`holder`, random per process) and is numbered
 //! within it.
 

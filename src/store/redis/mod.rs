@@ -15,14 +15,12 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, RedisError, Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::mailbox;
-use super::per_thread::PerThread;
-use super::redact::redact_password;
-use super::{
-    mismatch_reason, new_store_id, Advance, ExpectedIdentity, FenceStore, StoreError, StoreFuture,
-    StoreIdentity,
-};
 use crate::config::{Compare, RedisStoreConfig, DEFAULT_STORE_TIMEOUT};
+use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
+use crate::store::plumbing::mailbox;
+use crate::store::plumbing::per_thread::PerThread;
+use crate::store::plumbing::redact::redact_password;
+use crate::store::{new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use durability::{judge_durability, read_persistence, Durability};
 use intents::IntentScripts;
 use script::{
@@ -32,6 +30,7 @@ use script::{
 pub use turns::RedisTurns;
 use turns::TurnScripts;
 
+/// The backend's name in errors, logs and metrics.
 const BACKEND: &str = "redis";
 /// Requests that may queue for the writer before callers wait (their store timeout still runs).
 const COMMAND_QUEUE: usize = 16 * 1024;

@@ -14,8 +14,9 @@ use redis::{Cmd, Script, Value};
 
 use super::script::{server_answer, unexpected, DECIMAL_ORDER, IDENTITY_CHECK};
 use super::{store_id_key, wrap, Command, WriterPool};
+use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
 use crate::store::turns::{Renewal, TakeTurn, TurnStore};
-use crate::store::{mismatch_reason, ExpectedIdentity, StoreError, StoreFuture};
+use crate::store::{StoreError, StoreFuture};
 
 /// Run after [`IDENTITY_CHECK`]. KEYS: the store-id record, the turn, the mark. ARGV: the expected
 /// store id ('' compares nothing), the holder, the turn, the lease in ms, the token to advance to ('' for none).

@@ -10,7 +10,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::OwnedMutexGuard;
 
 /// The single owner of a connection, driven one batch at a time.
-pub(super) trait BatchWriter: Send + 'static {
+pub(crate) trait BatchWriter: Send + 'static {
     type Command: Send + 'static;
 
     /// Answers every command of `batch`, draining it.
@@ -18,7 +18,7 @@ pub(super) trait BatchWriter: Send + 'static {
 }
 
 /// A queue of commands in front of one [`BatchWriter`].
-pub(super) struct Combiner<W: BatchWriter> {
+pub(crate) struct Combiner<W: BatchWriter> {
     shared: Arc<Shared<W>>,
 }
 
@@ -40,7 +40,7 @@ impl<W: BatchWriter> Shared<W> {
 
 impl<W: BatchWriter> Combiner<W> {
     /// Wraps `writer`; a batch takes at most `max_batch` commands (at least one).
-    pub(super) fn new(writer: W, max_batch: usize) -> Combiner<W> {
+    pub(crate) fn new(writer: W, max_batch: usize) -> Combiner<W> {
         Combiner {
             shared: Arc::new(Shared {
                 pending: Mutex::new(Vec::new()),
@@ -53,7 +53,7 @@ impl<W: BatchWriter> Combiner<W> {
     /// Queues `command`. When no batch is running, starts the drain on the calling runtime;
     /// otherwise the running drain takes the command with its next batch. Must be called from
     /// within a tokio runtime.
-    pub(super) fn submit(&self, command: W::Command) {
+    pub(crate) fn submit(&self, command: W::Command) {
         self.shared.pending().push(command);
         if let Ok(writer) = Arc::clone(&self.shared.writer).try_lock_owned() {
             tokio::spawn(drain(Arc::clone(&self.shared), writer));

@@ -7,14 +7,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions as _, Connection as _};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 
-use super::per_thread::PerThread;
-use super::postgres::{execute, fail_batch, AdvanceRequest, Executed, CONNECT_TIMEOUT};
-use super::{ExpectedIdentity, StoreError};
-
-/// Requests that may queue for one thread's batcher before callers wait.
-const QUEUE: usize = 16 * 1024;
+use super::advance::{execute, AdvanceRequest, Executed};
+use super::{fail_batch, CONNECT_TIMEOUT};
+use crate::store::guard::expected::ExpectedIdentity;
+use crate::store::plumbing::batches::{run_batches, QUEUE};
+use crate::store::plumbing::per_thread::PerThread;
+use crate::store::StoreError;
 
 pub(super) struct ThreadBatchers {
     batchers: PerThread<mpsc::Sender<AdvanceRequest>>,
@@ -128,32 +128,17 @@ async fn run(
     max_batch: usize,
     in_flight: usize,
     expected: Arc<ExpectedIdentity>,
-    mut requests: mpsc::Receiver<AdvanceRequest>,
+    requests: mpsc::Receiver<AdvanceRequest>,
 ) {
     let idle: Arc<Mutex<Vec<PgConnection>>> = Arc::new(Mutex::new(Vec::new()));
-    let turns = Arc::new(Semaphore::new(in_flight.max(1)));
-    let mut batch = Vec::with_capacity(max_batch.min(1024));
-    loop {
-        // Waiting for a turn first lets more requests join the next batch.
-        let Ok(turn) = Arc::clone(&turns).acquire_owned().await else {
-            return;
-        };
-        if requests.recv_many(&mut batch, max_batch).await == 0 {
-            break;
-        }
-        let batch = std::mem::take(&mut batch);
+    // Each batch is spawned on this thread's runtime: the statement's I/O stays on this thread.
+    run_batches(requests, max_batch, in_flight, |batch| {
         let (idle, options) = (Arc::clone(&idle), options.clone());
         let expected = expected.get();
-        // Spawned on this thread's runtime: the statement's I/O stays on this thread.
-        tokio::spawn(async move {
-            run_batch(&options, &idle, batch, expected.as_deref()).await;
-            drop(turn);
-        });
-    }
-    // The store closed: let running batches finish, then close the idle connections.
-    let _ = turns
-        .acquire_many(u32::try_from(in_flight.max(1)).unwrap_or(u32::MAX))
-        .await;
+        async move { run_batch(&options, &idle, batch, expected.as_deref()).await }
+    })
+    .await;
+    // The store closed and the running batches have finished: close the idle connections.
     let connections = std::mem::take(&mut *idle.lock().unwrap_or_else(PoisonError::into_inner));
     for connection in connections {
         let _ = connection.close().await;

@@ -45,7 +45,7 @@ impl Replica {
     /// A name no other process has used (for commands that take no turns, and tests).
     pub fn fresh() -> Replica {
         Replica {
-            id: super::new_store_id(),
+            id: crate::store::new_store_id(),
             _lock: None,
         }
     }
@@ -66,7 +66,7 @@ fn stored_id(state_dir: &Path) -> std::io::Result<String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    let id = super::new_store_id();
+    let id = crate::store::new_store_id();
     let temporary = path.with_extension("tmp");
     let mut file = File::create(&temporary)?;
     file.write_all(id.as_bytes())?;

@@ -6,7 +6,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::{FenceStore, MarkCache, StoreError, StoreIdentity, StoreTrust};
+use super::cache::MarkCache;
+use super::trust::StoreTrust;
+use crate::store::{FenceStore, StoreError, StoreIdentity};
 
 const RECORD_FILE: &str = "adopted-store.json";
 
@@ -25,7 +27,7 @@ impl AdoptionRecord {
     pub fn now(store_id: &str) -> AdoptionRecord {
         AdoptionRecord {
             store_id: store_id.to_owned(),
-            adoption_id: super::new_store_id(),
+            adoption_id: crate::store::new_store_id(),
             adopted_at_ms: millis(SystemTime::now()),
         }
     }

@@ -5,12 +5,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{
-    Advance, AdvanceMade, AdvancedAndBegun, BeginRequest, FenceStore, MarkCache, StoreError,
-    StoreFuture, StoreIdentity, StoreTrust,
-};
+use super::cache::MarkCache;
+use super::trust::StoreTrust;
 use crate::config::Compare;
 use crate::metrics::Metrics;
+use crate::store::intents::BeginRequest;
+use crate::store::{
+    Advance, AdvanceMade, AdvancedAndBegun, FenceStore, StoreError, StoreFuture, StoreIdentity,
+};
 
 pub struct CheckedStore {
     inner: Arc<dyn FenceStore>,

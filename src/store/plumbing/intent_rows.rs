@@ -2,11 +2,16 @@
 //! columns) and its decoding into an [`IntentRecord`], with the errors a hand-edited or newer row
 //! can cause.
 
-use super::{IntentRecord, IntentState, StoredOutcome};
+use crate::store::intents::{IntentRecord, IntentState, StoredOutcome};
+
+/// The columns of `intents`, in the order of [`IntentRow`] (and of the backends' inserts).
+pub(crate) const COLUMNS: &str =
+    "key, route, fence, fingerprint, state, attempt, attempt_expires_ms, \
+                       created_ms, updated_ms, expires_ms, outcome";
 
 /// One row of `intents` as a SQL backend returns it; `fence` is in the backend's own encoding.
 #[derive(sqlx::FromRow)]
-pub(super) struct IntentRow {
+pub(crate) struct IntentRow {
     key: String,
     route: String,
     fence: i64,
@@ -23,14 +28,14 @@ pub(super) struct IntentRow {
 /// A stored record that does not decode (edited by hand, or written by a newer version).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("intent {key}: unreadable stored record: {detail}")]
-pub(super) struct CorruptIntent {
+pub(crate) struct CorruptIntent {
     pub key: String,
     pub detail: String,
 }
 
 impl IntentRow {
     /// The record, with the fence decoded by the backend's `decode_fence`.
-    pub(super) fn decode(
+    pub(crate) fn decode(
         self,
         decode_fence: fn(i64) -> u64,
     ) -> Result<IntentRecord, CorruptIntent> {
@@ -68,6 +73,6 @@ impl IntentRow {
 
 /// Times beyond `i64::MAX` ms (some 292 million years) are stored as `i64::MAX`, which keeps
 /// their order for the `<` and `<=` comparisons of listing and pruning.
-pub(super) fn encode_ms(ms: u64) -> i64 {
+pub(crate) fn encode_ms(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
 }

@@ -11,10 +11,12 @@ use std::sync::Arc;
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{Connection as _, QueryBuilder, Sqlite};
 
-use super::embedded_intents::{backend_error, encode_fence, IntentCommand, COLUMNS};
-use super::intent_rows::{encode_ms, CorruptIntent, IntentRow};
-use super::intents::{decide_begin, IntentRecord, IntentState, Resolution, StoredOutcome};
-use super::StoreError;
+use super::commands::IntentCommand;
+use super::schema::{decode_fence, encode_fence};
+use super::{backend_error, BACKEND};
+use crate::store::intents::{decide_begin, IntentRecord, IntentState, Resolution, StoredOutcome};
+use crate::store::plumbing::intent_rows::{encode_ms, CorruptIntent, IntentRow, COLUMNS};
+use crate::store::StoreError;
 
 /// Keys per `SELECT … IN` and rows per `INSERT`: far below SQLite's bound on bound parameters
 /// (32,766; a row binds 11).
@@ -323,7 +325,7 @@ impl RunState {
 
 fn corrupt_error(corrupt: CorruptIntent) -> StoreError {
     StoreError::Backend {
-        backend: "embedded",
+        backend: BACKEND,
         source: Arc::new(corrupt),
     }
 }
@@ -348,7 +350,7 @@ async fn load(
         query.push(")");
         let rows: Vec<IntentRow> = query.build_query_as().fetch_all(&mut *connection).await?;
         for row in rows {
-            let slot = match row.decode(super::embedded_intents::decode_fence) {
+            let slot = match row.decode(decode_fence) {
                 Ok(record) => Slot::Stored(Some(record)),
                 Err(corrupt) => Slot::Corrupt(corrupt),
             };
@@ -378,7 +380,7 @@ mod tests {
             .connect()
             .await
             .expect("in-memory SQLite");
-        sqlx::raw_sql(super::super::embedded_intents::SCHEMA)
+        sqlx::raw_sql(super::super::schema::INTENTS_SCHEMA)
             .execute(&mut connection)
             .await
             .expect("schema");

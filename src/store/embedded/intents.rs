@@ -1,104 +1,20 @@
-//! Intent records in the embedded store: the `intents` table and the writer task's intent
-//! commands. The writer runs each batch's intent commands in one transaction, so every `begin` is
-//! read → `decide_begin` → write with nobody in between, and the batch shares one fsync; runs of
-//! single-key commands share one read and one write too (`embedded_intent_batch`).
+//! Intent records in the embedded store: how the writer runs a batch's intent commands
+//! (`commands.rs`) on the `intents` table (`schema.rs`). The writer runs them in one transaction,
+//! so every `begin` is read → `decide_begin` → write with nobody in between, and the batch shares
+//! one fsync; runs of single-key commands share one read and one write too (`intent_batch.rs`).
 
 use std::sync::Arc;
 
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Connection as _;
-use tokio::sync::oneshot;
 
-use super::embedded_intent_batch::{apply_alone, apply_run, is_single_key, Answer};
-use super::intent_rows::{encode_ms, CorruptIntent, IntentRow};
-use super::intents::{BeginRequest, Begun, IntentRecord, Resolution, StoredOutcome};
-use super::StoreError;
-
-const BACKEND: &str = "embedded";
-
-/// The intents table, created at open next to the marks. `fence` holds the u64 bit for bit like
-/// `fence_marks.mark`; times are milliseconds since the epoch; `outcome` is
-/// `StoredOutcome::to_json()`. A plain rowid table, since a row may carry a replayable body.
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS intents (
-    key                TEXT    PRIMARY KEY NOT NULL,
-    route              TEXT    NOT NULL,
-    fence              INTEGER NOT NULL,
-    fingerprint        TEXT    NOT NULL,
-    state              TEXT    NOT NULL,
-    attempt            TEXT,
-    attempt_expires_ms INTEGER NOT NULL,
-    created_ms         INTEGER NOT NULL,
-    updated_ms         INTEGER NOT NULL,
-    expires_ms         INTEGER NOT NULL,
-    outcome            TEXT
-);
-CREATE INDEX IF NOT EXISTS intents_submitting_by_updated
-    ON intents (updated_ms) WHERE state = 'SUBMITTING';
-CREATE INDEX IF NOT EXISTS intents_by_expiry ON intents (expires_ms);
-";
-
-pub(super) const COLUMNS: &str =
-    "key, route, fence, fingerprint, state, attempt, attempt_expires_ms, \
-                       created_ms, updated_ms, expires_ms, outcome";
-
-type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
-
-/// An `IntentStore` call, queued for the writer task.
-pub(super) enum IntentCommand {
-    Begin {
-        request: BeginRequest,
-        reply: Reply<Begun>,
-    },
-    Complete {
-        key: String,
-        outcome: StoredOutcome,
-        now_ms: u64,
-        reply: Reply<bool>,
-    },
-    Abandon {
-        key: String,
-        attempt: String,
-        now_ms: u64,
-        reply: Reply<()>,
-    },
-    Get {
-        key: String,
-        reply: Reply<Option<IntentRecord>>,
-    },
-    ListSubmitting {
-        updated_before_ms: u64,
-        limit: usize,
-        reply: Reply<Vec<IntentRecord>>,
-    },
-    Resolve {
-        key: String,
-        resolution: Resolution,
-        now_ms: u64,
-        reply: Reply<bool>,
-    },
-    Prune {
-        now_ms: u64,
-        limit: usize,
-        reply: Reply<usize>,
-    },
-}
-
-impl IntentCommand {
-    /// Answers the command with `error` without running it.
-    pub(super) fn fail(self, error: StoreError) {
-        match self {
-            IntentCommand::Begin { reply, .. } => drop(reply.send(Err(error))),
-            IntentCommand::Complete { reply, .. } | IntentCommand::Resolve { reply, .. } => {
-                drop(reply.send(Err(error)))
-            }
-            IntentCommand::Abandon { reply, .. } => drop(reply.send(Err(error))),
-            IntentCommand::Get { reply, .. } => drop(reply.send(Err(error))),
-            IntentCommand::ListSubmitting { reply, .. } => drop(reply.send(Err(error))),
-            IntentCommand::Prune { reply, .. } => drop(reply.send(Err(error))),
-        }
-    }
-}
+use super::commands::{IntentCommand, Reply};
+use super::intent_batch::{apply_alone, apply_run, is_single_key, Answer};
+use super::schema::decode_fence;
+use super::{backend_error, BACKEND};
+use crate::store::intents::IntentRecord;
+use crate::store::plumbing::intent_rows::{encode_ms, CorruptIntent, IntentRow, COLUMNS};
+use crate::store::StoreError;
 
 /// Why one command failed: a SQL error aborts the batch's transaction, a corrupt record only
 /// fails the command that read it (nothing was written for it).
@@ -272,24 +188,8 @@ async fn prune(
     Ok(usize::try_from(deleted.rows_affected()).unwrap_or(usize::MAX))
 }
 
-/// Fences are stored bit for bit as SQLite's signed integer, like marks.
-pub(super) fn encode_fence(fence: u64) -> i64 {
-    i64::from_ne_bytes(fence.to_ne_bytes())
-}
-
-pub(super) fn decode_fence(stored: i64) -> u64 {
-    u64::from_ne_bytes(stored.to_ne_bytes())
-}
-
 fn encode_count(count: usize) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
-}
-
-pub(super) fn backend_error(source: &Arc<sqlx::Error>) -> StoreError {
-    StoreError::Backend {
-        backend: BACKEND,
-        source: Arc::clone(source) as Arc<dyn std::error::Error + Send + Sync>,
-    }
 }
 
 /// Decodes a row, failing only the command that read it when the row is corrupt.
@@ -299,6 +199,9 @@ fn decode_row(row: IntentRow) -> Result<IntentRecord, Failure> {
 
 #[cfg(test)]
 mod tests {
+    use tokio::sync::oneshot;
+
+    use super::super::schema::{encode_fence, INTENTS_SCHEMA};
     use super::*;
 
     #[test]
@@ -319,7 +222,7 @@ mod tests {
             .connect()
             .await
             .unwrap();
-        sqlx::raw_sql(SCHEMA)
+        sqlx::raw_sql(INTENTS_SCHEMA)
             .execute(&mut connection)
             .await
             .unwrap();

@@ -12,13 +12,14 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::ConnectOptions as _;
 use tokio::sync::{mpsc, oneshot};
 
-use super::per_thread::{PerThread, TaskQueue};
-use super::postgres::{decode_mark, encode_mark};
-use super::postgres_turn_wants::{ReleaseNow, TurnWants};
-use super::turns::{Renewal, TakeTurn, TurnStore};
-use super::{mismatch_reason, ExpectedIdentity, StoreError, StoreFuture};
+use super::codec::{decode_mark, encode_mark};
+use super::turn_wants::{ReleaseNow, TurnWants};
+use super::BACKEND;
+use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
+use crate::store::plumbing::per_thread::{PerThread, TaskQueue};
+use crate::store::turns::{Renewal, TakeTurn, TurnStore};
+use crate::store::{StoreError, StoreFuture};
 
-const BACKEND: &str = "postgres";
 /// Longest a connect or one batch's statement may take; past it the connection is given up.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most takes and releases in one statement.
@@ -40,7 +41,7 @@ type BatchFuture<'a> = std::pin::Pin<
 /// without a token do. With `$2`, nothing happens unless the store's identity record holds it,
 /// and every row says so (`ok` false). Keys released must not be taken in the same statement.
 /// The holder of each key not taken is notified that this replica wants it
-/// (`postgres_turn_wants`).
+/// (`turn_wants.rs`).
 const TAKE_AND_ADVANCE_SQL: &str = "
 WITH ident AS (
     SELECT $2::text IS NULL OR EXISTS (

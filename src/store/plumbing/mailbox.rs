@@ -3,11 +3,11 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::StoreError;
+use crate::store::StoreError;
 
 /// Sends the command `make` builds around a reply channel and awaits the answer; a writer that
 /// is gone answers `StoreError::Closed`.
-pub(super) async fn ask<C, T>(
+pub(crate) async fn ask<C, T>(
     commands: &mpsc::Sender<C>,
     make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> C,
 ) -> Result<T, StoreError> {
@@ -20,7 +20,7 @@ pub(super) async fn ask<C, T>(
 }
 
 /// Asks the writer to close and waits until it has (or is already gone).
-pub(super) async fn close<C>(
+pub(crate) async fn close<C>(
     commands: &mpsc::Sender<C>,
     make: impl FnOnce(oneshot::Sender<()>) -> C,
 ) {

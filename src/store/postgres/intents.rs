@@ -6,20 +6,18 @@ use std::sync::Arc;
 
 use sqlx::{PgConnection, PgPool};
 
-use super::intent_rows::{encode_ms, IntentRow};
-use super::intents::{
+use super::codec::{decode_mark, encode_mark};
+use super::{backend_error, PostgresStore, BACKEND};
+use crate::store::intents::{
     decide_begin, BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome,
 };
-use super::postgres::{backend_error, decode_mark, encode_mark, PostgresStore, BACKEND};
-use super::{StoreError, StoreFuture};
+use crate::store::plumbing::intent_rows::{encode_ms, IntentRow, COLUMNS};
+use crate::store::{StoreError, StoreFuture};
 
 /// How often `begin` retries after the row it expected vanished between its insert and its lock
 /// (a concurrent prune or release): each round only repeats because another replica made
 /// progress, so a few rounds suffice.
 const MAX_BEGIN_ROUNDS: usize = 4;
-
-const COLUMNS: &str = "key, route, fence, fingerprint, state, attempt, attempt_expires_ms, \
-                       created_ms, updated_ms, expires_ms, outcome";
 
 /// `$1 … $11` in `COLUMNS` order.
 const VALUES: &str = "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";

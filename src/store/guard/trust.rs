@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use super::StoreError;
+use crate::store::StoreError;
 
 #[derive(Debug, Default)]
 pub struct StoreTrust {

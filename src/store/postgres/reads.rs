@@ -5,18 +5,30 @@
 use std::collections::HashMap;
 
 use sqlx::postgres::PgPool;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
-use super::postgres::{decode_mark, fail_batch};
-use super::StoreError;
+use super::codec::decode_mark;
+use super::fail_batch;
+use crate::store::plumbing::batches::{run_batches, QUEUE};
+use crate::store::StoreError;
 
 pub(super) struct ReadRequest {
     pub key: String,
     pub reply: oneshot::Sender<Result<Option<u64>, StoreError>>,
 }
 
+/// Starts the read batcher on the calling runtime: reads sent to the returned queue are answered
+/// in batches of at most `max_batch`, up to `in_flight` batches at once, on `pool`.
+pub(super) fn start(pool: PgPool, max_batch: usize, in_flight: usize) -> mpsc::Sender<ReadRequest> {
+    let (queue, requests) = mpsc::channel(QUEUE);
+    tokio::spawn(run_batches(requests, max_batch, in_flight, move |batch| {
+        read_marks(pool.clone(), batch)
+    }));
+    queue
+}
+
 /// Reads the marks of a batch's keys with one statement and answers each request.
-pub(super) async fn read_marks(pool: PgPool, batch: Vec<ReadRequest>) {
+async fn read_marks(pool: PgPool, batch: Vec<ReadRequest>) {
     let mut keys: Vec<&str> = batch.iter().map(|r| r.key.as_str()).collect();
     keys.sort_unstable();
     keys.dedup();

@@ -9,7 +9,7 @@ use std::thread::ThreadId;
 use dashmap::DashMap;
 use tokio::sync::mpsc;
 
-use super::StoreError;
+use crate::store::StoreError;
 
 /// A handle to a thread's task, which tells whether the task has ended.
 pub(crate) trait TaskQueue: Clone {

@@ -19,7 +19,7 @@ use crate::config::Compare;
 use crate::error::{ErrorKind, Level};
 use crate::metrics::Metrics;
 use crate::reload::{Reloader, RouteSource};
-use crate::store::{Advance, FenceStore, IntentStore, StoreError, StoreTrust};
+use crate::store::{Advance, CheckedStore, IntentStore, StoreError, StoreTrust};
 
 /// How long an admin call waits for the store.
 const ADMIN_STORE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -31,7 +31,7 @@ const MAX_LISTED_INTENTS: usize = 1000;
 pub struct AdminState {
     pub routes: Arc<RouteSource>,
     pub reloader: Arc<Reloader>,
-    pub store: Arc<dyn FenceStore>,
+    pub store: Arc<CheckedStore>,
     pub intents: Option<Arc<dyn IntentStore>>,
     pub trust: Arc<StoreTrust>,
     pub metrics: Arc<Metrics>,

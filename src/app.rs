@@ -19,8 +19,8 @@ use crate::reload::{Reloader, RouteSource};
 use crate::route::{CompiledRoute, RouteError, RouteTable};
 use crate::store::intents::NoIntentStore;
 use crate::store::{
-    self, adoption, CheckedStore, FenceStore, IntentStore, MarkCache, Replica, StoreError,
-    StoreTrust,
+    self, adoption, AdvanceAndBegin, CheckedStore, FenceStore, IntentStore, MarkCache, Replica,
+    StoreError, StoreTrust,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +56,7 @@ pub struct App {
     /// The file the configuration came from, for reloads.
     config_path: Option<std::path::PathBuf>,
     backend: Arc<dyn FenceStore>,
-    store: Arc<dyn FenceStore>,
+    store: Arc<CheckedStore>,
     cache: Arc<MarkCache>,
     trust: Arc<StoreTrust>,
     gates: Gates,
@@ -101,7 +101,7 @@ impl App {
         let mut app = App::assemble(
             config,
             routes,
-            opened.fences,
+            (opened.fences, opened.combined),
             Some(opened.intents),
             gates,
             (slots, file_limit),
@@ -132,7 +132,7 @@ impl App {
         Ok(App::assemble(
             config,
             routes,
-            backend,
+            (backend, None),
             None,
             Gates::local_only(),
             (slots, file_limit),
@@ -142,7 +142,7 @@ impl App {
     fn assemble(
         config: Config,
         routes: RouteTable,
-        backend: Arc<dyn FenceStore>,
+        (backend, combined): (Arc<dyn FenceStore>, Option<Arc<dyn AdvanceAndBegin>>),
         intents: Option<Arc<dyn IntentStore>>,
         gates: Gates,
         (upstream_slots, file_limit): (Arc<UpstreamSlots>, u64),
@@ -161,6 +161,7 @@ impl App {
         };
         let store = Arc::new(CheckedStore::new(
             Arc::clone(&backend),
+            combined,
             Arc::clone(&cache),
             Arc::clone(&trust),
             Arc::clone(&metrics),
@@ -189,8 +190,13 @@ impl App {
     }
 
     /// The store as the gateway uses it (behind the cache and the trust check).
-    pub fn store(&self) -> Arc<dyn FenceStore> {
+    pub fn store(&self) -> Arc<CheckedStore> {
         Arc::clone(&self.store)
+    }
+
+    /// The backend itself, without the gateway's cache and checks (for adopting it).
+    pub fn backend(&self) -> Arc<dyn FenceStore> {
+        Arc::clone(&self.backend)
     }
 
     /// The intent records of idempotent routes, when the store provides them.

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use fencegate::config::Compare;
 use fencegate::metrics::Metrics;
 use fencegate::store::{
-    Advance, Begun, CheckedStore, EmbeddedStore, FenceStore, IntentStore, MarkCache, StoreTrust,
+    Advance, AdvanceAndBegin, Begun, CheckedStore, EmbeddedStore, FenceStore, IntentStore,
+    MarkCache, StoreTrust,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -50,11 +51,13 @@ async fn embedded_store_advances_and_begins_in_one_round() {
     support::intent_contract::advance_and_begin_agrees_with_separate_calls(
         store.as_ref(),
         store.as_ref(),
+        store.as_ref(),
     )
     .await;
     // The same through the gateway's cache in front of the store, which must pass the round on.
     let checked = CheckedStore::new(
         Arc::clone(&store) as Arc<dyn FenceStore>,
+        Some(Arc::clone(&store) as Arc<dyn AdvanceAndBegin>),
         Arc::new(MarkCache::new(1024)),
         Arc::new(StoreTrust::default()),
         Metrics::new(),

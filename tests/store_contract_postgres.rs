@@ -48,11 +48,6 @@ async fn postgres_store_keeps_the_intent_contract() {
     }));
     support::intent_contract::keeps_the_intent_contract(Arc::clone(&store) as Arc<dyn IntentStore>)
         .await;
-    support::intent_contract::advance_and_begin_agrees_with_separate_calls(
-        store.as_ref(),
-        store.as_ref(),
-    )
-    .await;
     store.close().await.unwrap();
     drop_schema(&schema).await;
 }

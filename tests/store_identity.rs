@@ -117,7 +117,7 @@ async fn a_new_embedded_file_is_refused_until_an_operator_adopts_it() {
     assert_eq!(upstream.seen().len(), 1);
 
     // The operator decides the new store is right; traffic resumes at the next store check.
-    adoption::adopt(gw.store(), dir.path())
+    adoption::adopt(gw.backend(), dir.path())
         .await
         .expect("adopt");
     eventually(&gw, "/inv/1", "11", 200).await;
@@ -209,7 +209,7 @@ async fn a_postgres_store_that_forgets_while_serving_is_refused() {
     );
     assert_eq!(upstream.seen().len(), 1);
 
-    adoption::adopt(gw.store(), dir.path())
+    adoption::adopt(gw.backend(), dir.path())
         .await
         .expect("adopt");
     eventually(&gw, "/inv/2", "1", 200).await;
@@ -272,7 +272,7 @@ async fn a_wiped_redis_is_refused_while_serving() {
     );
     assert_eq!(upstream.seen().len(), 1);
 
-    adoption::adopt(gw.store(), dir.path())
+    adoption::adopt(gw.backend(), dir.path())
         .await
         .expect("adopt");
     eventually(&gw, "/inv/2", "1", 200).await;

@@ -8,7 +8,7 @@ use crate::admission::Admission;
 use crate::error::GatewayError;
 use crate::route::CompiledRoute;
 use crate::stats::RouteCounters;
-use crate::store::{Advance, FenceStore, StoreError};
+use crate::store::{Advance, CheckedStore, StoreError};
 
 /// A store call's answer, or the moment `store_timeout` ran out.
 pub type Bounded<T> = Result<Result<T, StoreError>, tokio::time::error::Elapsed>;
@@ -43,7 +43,7 @@ pub async fn make_advance<T>(
 pub async fn advance(
     route: &CompiledRoute,
     admission: &Admission,
-    store: &dyn FenceStore,
+    store: &CheckedStore,
 ) -> Result<(), GatewayError> {
     let call = store.advance(&admission.key, admission.token, route.fence.compare);
     make_advance(route, admission, async { Ok((call.await?, ())) }).await

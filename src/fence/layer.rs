@@ -21,15 +21,15 @@ use crate::error::{ErrorKind, GatewayError, Origin};
 use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
-use crate::store::{decide, Advance, FenceStore};
+use crate::store::{decide, Advance, CheckedStore};
 
 #[derive(Clone)]
 pub struct FenceLayer {
-    store: Arc<dyn FenceStore>,
+    store: Arc<CheckedStore>,
 }
 
 impl FenceLayer {
-    pub fn new(store: Arc<dyn FenceStore>) -> FenceLayer {
+    pub fn new(store: Arc<CheckedStore>) -> FenceLayer {
         FenceLayer { store }
     }
 }
@@ -47,7 +47,7 @@ impl<S> Layer<S> for FenceLayer {
 
 #[derive(Clone)]
 pub struct Fence<S> {
-    store: Arc<dyn FenceStore>,
+    store: Arc<CheckedStore>,
     inner: S,
 }
 
@@ -148,7 +148,7 @@ async fn admit<B>(
     route: &CompiledRoute,
     admission: Admission,
     request: &Request<B>,
-    store: &dyn FenceStore,
+    store: &CheckedStore,
     by: AdvanceBy,
 ) -> Result<Admission, GatewayError> {
     let counters = &route.counters;

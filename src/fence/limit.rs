@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use crate::error::GatewayError;
-use crate::store::FenceStore;
+use crate::store::CheckedStore;
 
 /// Whether `token` is within `max_advance` of `mark` (a key never advanced counts as mark 0).
 ///
@@ -33,7 +33,7 @@ pub async fn check_max_advance(
     key: &str,
     token: u64,
     max_advance: u64,
-    store: &dyn FenceStore,
+    store: &CheckedStore,
     store_timeout: Duration,
 ) -> Result<(), GatewayError> {
     if within_max_advance(store.known_mark(key), token, max_advance) {

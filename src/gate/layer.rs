@@ -23,12 +23,12 @@ use crate::fence::{advance, bounded, judge};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RouteMatch};
-use crate::store::{AdvanceMade, FenceStore};
+use crate::store::{AdvanceMade, CheckedStore};
 
 #[derive(Clone)]
 pub struct GateLayer {
     gates: Gates,
-    store: Arc<dyn FenceStore>,
+    store: Arc<CheckedStore>,
     metrics: Arc<Metrics>,
     budget: MemoryBudget,
 }
@@ -37,7 +37,7 @@ impl GateLayer {
     /// Responses read ahead are held under `budget`.
     pub fn new(
         gates: Gates,
-        store: Arc<dyn FenceStore>,
+        store: Arc<CheckedStore>,
         metrics: Arc<Metrics>,
         budget: MemoryBudget,
     ) -> GateLayer {
@@ -67,7 +67,7 @@ impl<S> Layer<S> for GateLayer {
 #[derive(Clone)]
 pub struct Gate<S> {
     gates: Gates,
-    store: Arc<dyn FenceStore>,
+    store: Arc<CheckedStore>,
     metrics: Arc<Metrics>,
     budget: MemoryBudget,
     inner: S,
@@ -226,7 +226,7 @@ async fn advance_and_enter(
     gates: &Gates,
     route: &CompiledRoute,
     admission: Admission,
-    store: &dyn FenceStore,
+    store: &CheckedStore,
 ) -> Result<Entered, GatewayError> {
     let local = match (&gates.shared, gates.local.try_enter(&admission.key)) {
         (Some(shared), Ok(local)) => {
@@ -247,7 +247,7 @@ async fn lock_and_advance(
     local: LocalPass,
     route: &CompiledRoute,
     admission: Admission,
-    store: &dyn FenceStore,
+    store: &CheckedStore,
 ) -> Result<Entered, GatewayError> {
     let started = Instant::now();
     let Admission { key, token } = &admission;
@@ -404,7 +404,7 @@ fn superseded(current: Option<u64>, admission: &Admission) -> Result<(), Gateway
 
 /// Refuses the request if a newer token than its own was admitted while it waited.
 async fn recheck(
-    store: &dyn FenceStore,
+    store: &CheckedStore,
     route: &CompiledRoute,
     admission: &Admission,
 ) -> Result<(), GatewayError> {

@@ -26,7 +26,7 @@ use crate::gate::{Gates, SharedGateError};
 use crate::proxy::{full_body, ProxyBody};
 use crate::reload::RouteSource;
 use crate::route::{CompiledRoute, RouteTable, MAX_RESOURCE_KEY_LEN, RESERVED_PREFIX};
-use crate::store::{Advance, FenceStore};
+use crate::store::{Advance, CheckedStore};
 
 /// The claim endpoint's path below the reserved prefix.
 const CLAIM_PATH: &str = "claim/";
@@ -37,7 +37,7 @@ const CLAIM_ROUTE: &str = "_claim";
 
 #[derive(Clone)]
 pub struct Claim {
-    store: Arc<dyn FenceStore>,
+    store: Arc<CheckedStore>,
     routes: Arc<RouteSource>,
     gates: Gates,
 }
@@ -50,7 +50,7 @@ struct Claimed<'a> {
 }
 
 impl Claim {
-    pub fn new(store: Arc<dyn FenceStore>, routes: Arc<RouteSource>, gates: Gates) -> Claim {
+    pub fn new(store: Arc<CheckedStore>, routes: Arc<RouteSource>, gates: Gates) -> Claim {
         Claim {
             store,
             routes,

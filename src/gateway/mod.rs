@@ -37,7 +37,7 @@ use crate::request_id::{assign_request_id, stamp_request_id};
 use crate::route::{check_method_spelling, RESERVED_PREFIX};
 use crate::server::AmbiguousFraming;
 use crate::store::intents::NoIntentStore;
-use crate::store::{FenceStore, IntentStore};
+use crate::store::{CheckedStore, IntentStore};
 
 type RoutedStack = Routing<Fence<Idempotency<Gate<Proxy>>>>;
 
@@ -61,16 +61,15 @@ pub struct Gateway {
 impl Gateway {
     pub fn new(
         routes: Arc<RouteSource>,
-        store: Arc<dyn FenceStore>,
+        store: Arc<CheckedStore>,
         intents: Option<Arc<dyn IntentStore>>,
         gates: Gates,
         metrics: Arc<Metrics>,
         limits: SharedLimits,
     ) -> Gateway {
-        // `intents`, when given, are the fence store's own backend: one store round may then
-        // carry a write's advance and its intent. Without them, idempotent routes answer 503.
+        // `intents`, when given, are the fence store's own backend. Without them, idempotent
+        // routes answer 503.
         let intents = IntentBackend {
-            shared: intents.is_some(),
             intents: intents.unwrap_or_else(|| Arc::new(NoIntentStore)),
             fences: Arc::clone(&store),
         };

@@ -1,20 +1,19 @@
 //! The compare-and-advance of an idempotent route's write, which routing gives to this layer
 //! (`AdvanceBy::Intent`), made together with beginning the intent: in one store round where the backend has one
-//! (`FenceStore::advance_and_begin`), else the advance and then the begin, as before.
+//! (`CheckedStore::advance_and_begin`), else the advance and then the begin, as before.
 
 use crate::admission::Admission;
 use crate::error::GatewayError;
 use crate::fence::{advance, make_advance};
 use crate::route::CompiledRoute;
-use crate::store::{BeginRequest, Begun, FenceStore, IntentStore, StoreError};
+use crate::store::{BeginRequest, Begun, CheckedStore, IntentStore, StoreError};
 
-/// The intent store of an idempotent route, and whether it is the fence store's own backend
-/// (only then may one store round carry both the advance and the begin).
+/// The intent store of idempotent routes, and the fence store, which folds a write's advance and
+/// its begin into one round where its backend has one.
 #[derive(Clone)]
 pub struct IntentBackend {
     pub intents: std::sync::Arc<dyn IntentStore>,
-    pub fences: std::sync::Arc<dyn FenceStore>,
-    pub shared: bool,
+    pub fences: std::sync::Arc<CheckedStore>,
 }
 
 /// What beginning the intent of an admitted request answered.
@@ -35,24 +34,20 @@ where
     F: std::future::Future<Output = BeginAnswer>,
 {
     let compare = route.fence.compare;
-    let begin = if backend.shared {
-        let (key, token) = (&admission.key, admission.token);
-        match backend.fences.advance_and_begin(key, token, compare, begin) {
-            Ok(call) => {
-                let step = async {
-                    let answer = call.await?;
-                    Ok((answer.advance, answer.begun))
-                };
-                let begun = make_advance(route, admission, step).await?;
-                let begun = begun.ok_or(GatewayError::Internal(
-                    "an accepted advance came back without its intent",
-                ))?;
-                return Ok(Ok(begun));
-            }
-            Err(begin) => *begin,
+    let (key, token) = (&admission.key, admission.token);
+    let begin = match backend.fences.advance_and_begin(key, token, compare, begin) {
+        Ok(call) => {
+            let step = async {
+                let answer = call.await?;
+                Ok((answer.advance, answer.begun))
+            };
+            let begun = make_advance(route, admission, step).await?;
+            let begun = begun.ok_or(GatewayError::Internal(
+                "an accepted advance came back without its intent",
+            ))?;
+            return Ok(Ok(begun));
         }
-    } else {
-        begin
+        Err(begin) => *begin,
     };
     advance(route, admission, backend.fences.as_ref()).await?;
     Ok(begin_in_turn(begin).await)

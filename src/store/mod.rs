@@ -4,8 +4,9 @@
 //!
 //! - `embedded/`, `postgres/`, `redis/`: the backends, each with its own schema and encoding.
 //! - `plumbing/`: request queues and batching shared by the backends.
-//! - `guard/`: what the gateway keeps around a backend: the mark cache, `CheckedStore`, trust,
-//!   the adopted identity and the replica name.
+//! - `guard/`: what the gateway keeps around a backend: `CheckedStore` (a concrete wrapper: the
+//!   mark cache and trust), `Measured` (the store metrics), the adopted identity and the replica
+//!   name.
 //! - `intents.rs`, `turns.rs`: the intent-record and key-turn traits the backends implement.
 
 mod embedded;
@@ -19,8 +20,9 @@ mod turns;
 pub use embedded::EmbeddedStore;
 pub use guard::adoption;
 pub use guard::cache::MarkCache;
-pub use guard::checked::CheckedStore;
+pub use guard::checked::{AdvanceMade, CheckedStore};
 pub use guard::expected::{mismatch_reason, ExpectedIdentity};
+pub use guard::measured::Measured;
 pub use guard::replica::Replica;
 pub use guard::trust::StoreTrust;
 pub use intents::{
@@ -50,24 +52,28 @@ pub enum Advance {
     Stale { current: u64 },
 }
 
-/// The answer to [`FenceStore::advance_and_begin`].
+/// A backend that can begin an intent in the same write round as an advance (the embedded store:
+/// one writer batch), which saves an idempotent write a round trip and a commit of its own. Only
+/// the backends that have such a round implement it; [`Backend::combined`] says which.
+pub trait AdvanceAndBegin: Send + Sync + 'static {
+    /// [`FenceStore::advance`], and only when the token is accepted, `begin` on this backend's own
+    /// intent records in the same round. The future does nothing until polled.
+    fn advance_and_begin(
+        &self,
+        key: &str,
+        token: u64,
+        compare: Compare,
+        begin: BeginRequest,
+    ) -> StoreFuture<'_, AdvancedAndBegun>;
+}
+
+/// The answer to [`AdvanceAndBegin::advance_and_begin`].
 #[derive(Debug)]
 pub struct AdvancedAndBegun {
     pub advance: Advance,
     /// The intent's answer, when the advance was accepted (`None` for a stale token: nothing
     /// was begun). A failed begin leaves the accepted advance in place, as two calls would.
     pub begun: Option<Result<Begun, StoreError>>,
-}
-
-/// An advance made outside the store, for [`FenceStore::settle_advance`].
-#[derive(Debug, Clone, Copy)]
-pub struct AdvanceMade<'a> {
-    pub op: &'static str,
-    pub key: &'a str,
-    pub token: u64,
-    pub compare: Compare,
-    pub floor: Option<u64>,
-    pub took: std::time::Duration,
 }
 
 /// What [`FenceStore::identity`] found.
@@ -83,43 +89,15 @@ pub fn new_store_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-/// Durable high-water marks. Implementations must make an `Accepted` advance durable before
-/// returning it (I2) and must never lower a mark (I3).
+/// Durable high-water marks: the one trait every backend implements. Implementations must make an
+/// `Accepted` advance durable before returning it (I2) and must never lower a mark (I3). What the
+/// gateway adds around a backend — the cache, trust, metrics — is [`CheckedStore`], not part of
+/// this trait.
 pub trait FenceStore: Send + Sync + 'static {
     /// Atomically compares `token` with `key`'s mark and raises the mark when the token passes.
     fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance>;
     /// The key's mark, or `None` for a key never advanced.
     fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>>;
-    /// [`advance`](FenceStore::advance), and only when the token is accepted, `begin` on this
-    /// backend's own intent records in the same write round (the embedded store: one writer
-    /// batch), which saves an idempotent write a round trip and a commit of its own.
-    /// `Err(begin)` hands the request back where the backend has no such round: the caller then
-    /// advances and begins in turn. The future does nothing until polled.
-    fn advance_and_begin(
-        &self,
-        _key: &str,
-        _token: u64,
-        _compare: Compare,
-        begin: BeginRequest,
-    ) -> Result<StoreFuture<'_, AdvancedAndBegun>, Box<BeginRequest>> {
-        Err(Box::new(begin))
-    }
-    /// The outcome of an advance of `key` to `token` that another component made on this store's
-    /// backend (the PostgreSQL ordering gate advances in the statement that takes the key's
-    /// lock), from `replaced`, the mark it replaced, or its failure. The store checks and records
-    /// it as it does its own advances: `floor` is [`known_mark`](FenceStore::known_mark) from
-    /// before the call, `took` how long the call took, `op` its name in the metrics.
-    fn settle_advance(
-        &self,
-        made: AdvanceMade<'_>,
-        replaced: Result<Option<u64>, StoreError>,
-    ) -> Result<Advance, StoreError> {
-        Ok(decide(replaced?, made.token, made.compare))
-    }
-    /// A lower bound of the key's mark known without a round trip (a cache), if any.
-    fn known_mark(&self, _key: &str) -> Option<u64> {
-        None
-    }
     /// The store's identity record — a random id written the first time any gateway used the
     /// store — created when absent. A store that lost its data (a wiped Redis, a dropped table, a
     /// new file) comes back with a new id, which is how a gateway notices it (docs/design.md §4.4).
@@ -238,6 +216,8 @@ pub struct Backend {
     pub fences: Arc<dyn FenceStore>,
     pub intents: Arc<dyn IntentStore>,
     pub turns: Option<Arc<dyn TurnStore>>,
+    /// The same backend's advance-and-begin round, where it has one.
+    pub combined: Option<Arc<dyn AdvanceAndBegin>>,
 }
 
 impl Backend {
@@ -247,6 +227,7 @@ impl Backend {
             fences: Arc::clone(&store) as Arc<dyn FenceStore>,
             intents: store,
             turns,
+            combined: None,
         }
     }
 }
@@ -255,10 +236,15 @@ impl Backend {
 /// the name `holder` (see [`Replica`]).
 pub async fn open(config: &StoreConfig, holder: &str) -> Result<Backend, StoreError> {
     Ok(match config {
-        StoreConfig::Embedded(embedded) => Backend::of(
-            EmbeddedStore::open(&embedded.path, embedded.max_batch).await?,
-            None,
-        ),
+        StoreConfig::Embedded(embedded) => {
+            let store = Arc::new(EmbeddedStore::open(&embedded.path, embedded.max_batch).await?);
+            Backend {
+                fences: Arc::clone(&store) as Arc<dyn FenceStore>,
+                intents: Arc::clone(&store) as Arc<dyn IntentStore>,
+                turns: None,
+                combined: Some(store),
+            }
+        }
         StoreConfig::Postgres(postgres) => {
             let store = PostgresStore::open(postgres).await?;
             let turns = store.turns(holder);

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fencegate::route::CompiledRoute;
-use fencegate::store::FenceStore;
+use fencegate::store::{CheckedStore, FenceStore};
 use fencegate::App;
 use tokio::sync::oneshot;
 
@@ -16,7 +16,8 @@ pub struct TestGateway {
     pub admin: Option<SocketAddr>,
     pub dir: PathBuf,
     routes: Vec<(String, Arc<CompiledRoute>)>,
-    store: Arc<dyn FenceStore>,
+    store: Arc<CheckedStore>,
+    backend: Arc<dyn FenceStore>,
     intents: Option<Arc<dyn fencegate::store::IntentStore>>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
@@ -148,6 +149,7 @@ impl TestGateway {
             })
             .collect();
         let store = app.store();
+        let backend = app.backend();
         let intents = app.intents();
         let listener = app.bind().await.expect("bind gateway");
         let addr = listener.local_addr().expect("gateway address");
@@ -161,6 +163,7 @@ impl TestGateway {
             dir: dir.to_owned(),
             routes,
             store,
+            backend,
             intents,
             stop: Some(stop),
             task,
@@ -181,8 +184,13 @@ impl TestGateway {
             .1
     }
 
-    pub fn store(&self) -> &dyn FenceStore {
+    pub fn store(&self) -> &CheckedStore {
         self.store.as_ref()
+    }
+
+    /// The backend without the gateway's cache and checks.
+    pub fn backend(&self) -> &dyn FenceStore {
+        self.backend.as_ref()
     }
 
     pub fn intents(&self) -> &dyn fencegate::store::IntentStore {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use fencegate::config::Compare;
 use fencegate::store::{
-    Advance, BeginRequest, Begun, FenceStore, IntentState, IntentStore, Resolution, StoredOutcome,
+    Advance, AdvanceAndBegin, BeginRequest, Begun, FenceStore, IntentState, IntentStore,
+    Resolution, StoredOutcome,
 };
 
 const DAY_MS: u64 = 86_400_000;
@@ -228,27 +229,20 @@ async fn concurrent_duplicates_start_one_attempt(store: Arc<dyn IntentStore>) {
     assert_eq!(fresh, 1, "exactly one duplicate may call the provider");
 }
 
-/// `FenceStore::advance_and_begin` on one backend seen through both traits: where the backend
-/// offers it, an accepted token leaves its advance durable and begins the intent by the rule of
-/// a separate `begin`, and a stale token begins nothing; where it does not, the request comes
-/// back untouched.
+/// `AdvanceAndBegin::advance_and_begin` on a backend that has the round, seen through all three
+/// traits: an accepted token leaves its advance durable and begins the intent by the rule of a
+/// separate `begin`, and a stale token begins nothing.
 pub async fn advance_and_begin_agrees_with_separate_calls(
+    combined: &dyn AdvanceAndBegin,
     fences: &dyn FenceStore,
     intents: &dyn IntentStore,
 ) {
     let t = 3_000_000;
     let first = request("ab:1", 7, "fp", t);
-    let call = match fences.advance_and_begin("ab-key:1", 7, Compare::Monotonic, first.clone()) {
-        Ok(call) => call,
-        Err(back) => {
-            assert_eq!(
-                *back, first,
-                "a backend without the round hands the request back"
-            );
-            return;
-        }
-    };
-    let answer = call.await.unwrap();
+    let answer = combined
+        .advance_and_begin("ab-key:1", 7, Compare::Monotonic, first)
+        .await
+        .unwrap();
     assert_eq!(answer.advance, Advance::Accepted { previous: None });
     assert_eq!(answer.begun.expect("begun").unwrap(), Begun::Fresh);
     assert_eq!(fences.current("ab-key:1").await.unwrap(), Some(7));
@@ -257,9 +251,8 @@ pub async fn advance_and_begin_agrees_with_separate_calls(
 
     // A stale token: refused, and no intent begun.
     let stale = request("ab:2", 6, "fp", t);
-    let answer = fences
+    let answer = combined
         .advance_and_begin("ab-key:1", 6, Compare::Monotonic, stale)
-        .expect("offered once, offered always")
         .await
         .unwrap();
     assert_eq!(answer.advance, Advance::Stale { current: 7 });
@@ -268,9 +261,8 @@ pub async fn advance_and_begin_agrees_with_separate_calls(
 
     // The same token again (monotonic): accepted, and the begin answers as `begin` would.
     let repeat = request("ab:1", 7, "fp", t + 1);
-    let answer = fences
+    let answer = combined
         .advance_and_begin("ab-key:1", 7, Compare::Monotonic, repeat)
-        .expect("offered")
         .await
         .unwrap();
     assert_eq!(answer.advance, Advance::Accepted { previous: Some(7) });

@@ -33,7 +33,9 @@ use crate::store::intents::{
     BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome,
 };
 use crate::store::plumbing::combining::Combiner;
-use crate::store::{Advance, AdvancedAndBegun, FenceStore, StoreError, StoreFuture, StoreIdentity};
+use crate::store::{
+    Advance, AdvanceAndBegin, AdvancedAndBegun, FenceStore, StoreError, StoreFuture, StoreIdentity,
+};
 use commands::{Command, IntentCommand};
 use schema::{INTENTS_SCHEMA, SCHEMA};
 use writer::Writer;
@@ -122,39 +124,6 @@ impl FenceStore for EmbeddedStore {
         }))
     }
 
-    /// One command: the writer begins the intent, in the intents' transaction of the same batch,
-    /// only after it accepted the advance.
-    fn advance_and_begin(
-        &self,
-        key: &str,
-        token: u64,
-        compare: Compare,
-        begin: BeginRequest,
-    ) -> Result<StoreFuture<'_, AdvancedAndBegun>, Box<BeginRequest>> {
-        let key = key.to_owned();
-        Ok(Box::pin(async move {
-            let (begin_reply, begun) = oneshot::channel();
-            let then_begin = Some(IntentCommand::Begin {
-                request: begin,
-                reply: begin_reply,
-            });
-            let advance = self
-                .request(move |reply| Command::Advance {
-                    key,
-                    token,
-                    compare,
-                    reply,
-                    then_begin,
-                })
-                .await?;
-            let begun = match advance {
-                Advance::Accepted { .. } => Some(begun.await.unwrap_or(Err(StoreError::Closed))),
-                Advance::Stale { .. } => None,
-            };
-            Ok(AdvancedAndBegun { advance, begun })
-        }))
-    }
-
     fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>> {
         let key = key.to_owned();
         Box::pin(self.request(move |reply| Command::Current { key, reply }))
@@ -184,6 +153,41 @@ impl FenceStore for EmbeddedStore {
     /// The file is opened with an exclusive lock: no other process can write it.
     fn exclusive(&self) -> bool {
         true
+    }
+}
+
+impl AdvanceAndBegin for EmbeddedStore {
+    /// One command: the writer begins the intent, in the intents' transaction of the same batch,
+    /// only after it accepted the advance.
+    fn advance_and_begin(
+        &self,
+        key: &str,
+        token: u64,
+        compare: Compare,
+        begin: BeginRequest,
+    ) -> StoreFuture<'_, AdvancedAndBegun> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            let (begin_reply, begun) = oneshot::channel();
+            let then_begin = Some(IntentCommand::Begin {
+                request: begin,
+                reply: begin_reply,
+            });
+            let advance = self
+                .request(move |reply| Command::Advance {
+                    key,
+                    token,
+                    compare,
+                    reply,
+                    then_begin,
+                })
+                .await?;
+            let begun = match advance {
+                Advance::Accepted { .. } => Some(begun.await.unwrap_or(Err(StoreError::Closed))),
+                Advance::Stale { .. } => None,
+            };
+            Ok(AdvancedAndBegun { advance, begun })
+        })
     }
 }
 

@@ -1,67 +1,170 @@
-//! `CheckedStore`: what the gateway puts in front of every backend. It refuses tokens below the
-//! lower-bound cache without a round trip, keeps the cache up to date from the store's answers,
-//! and stops trusting a store whose answers go below a mark already seen (a store that forgot).
+//! `CheckedStore`: what the gateway puts in front of every backend, as a concrete type rather
+//! than another `FenceStore`. It refuses tokens below the lower-bound cache without a round trip,
+//! keeps the cache up to date from the store's answers, and stops trusting a store whose answers
+//! go below a mark already seen (a store that forgot). Timing is [`Measured`]'s job.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::cache::MarkCache;
+use super::measured::Measured;
 use super::trust::StoreTrust;
 use crate::config::Compare;
 use crate::metrics::Metrics;
 use crate::store::intents::BeginRequest;
 use crate::store::{
-    Advance, AdvanceMade, AdvancedAndBegun, FenceStore, StoreError, StoreFuture, StoreIdentity,
+    decide, Advance, AdvanceAndBegin, AdvancedAndBegun, FenceStore, StoreError, StoreFuture,
+    StoreIdentity,
 };
 
+/// An advance made outside the store's own calls (the PostgreSQL ordering gate advances in the
+/// statement that takes the key's turn), for [`CheckedStore::settle_advance`].
+#[derive(Debug, Clone, Copy)]
+pub struct AdvanceMade<'a> {
+    /// The call's name in the store metrics.
+    pub op: &'static str,
+    pub key: &'a str,
+    pub token: u64,
+    pub compare: Compare,
+    /// [`CheckedStore::known_mark`] from before the call.
+    pub floor: Option<u64>,
+    pub took: std::time::Duration,
+}
+
 pub struct CheckedStore {
-    inner: Arc<dyn FenceStore>,
+    inner: Measured,
+    /// The backend's advance-and-begin round, where it has one.
+    combined: Option<Arc<dyn AdvanceAndBegin>>,
     cache: Arc<MarkCache>,
     trust: Arc<StoreTrust>,
-    metrics: Arc<Metrics>,
 }
 
 impl CheckedStore {
     pub fn new(
-        inner: Arc<dyn FenceStore>,
+        backend: Arc<dyn FenceStore>,
+        combined: Option<Arc<dyn AdvanceAndBegin>>,
         cache: Arc<MarkCache>,
         trust: Arc<StoreTrust>,
         metrics: Arc<Metrics>,
     ) -> CheckedStore {
         CheckedStore {
-            inner,
+            inner: Measured::new(backend, metrics),
+            combined,
             cache,
             trust,
-            metrics,
         }
     }
 
-    /// Times a backend call and counts its failure.
-    async fn timed<T>(&self, op: &str, call: StoreFuture<'_, T>) -> Result<T, StoreError> {
-        let started = Instant::now();
-        let result = call.await;
-        self.record(op, started.elapsed(), result.is_err());
-        result.inspect_err(|error| self.notice(error))
+    /// Atomically compares `token` with `key`'s mark and raises it when the token passes: from
+    /// the cache when it already refuses the token, else through the trusted backend.
+    pub fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            if let Some(current) = self.cache.refuses(&key, token, compare) {
+                return Ok(Advance::Stale { current });
+            }
+            self.trust.check()?;
+            let floor = self.cache.get(&key);
+            let outcome = self.noticed(self.inner.advance(&key, token, compare).await)?;
+            self.settle(&key, token, floor, outcome)?;
+            Ok(outcome)
+        })
+    }
+
+    /// [`advance`](CheckedStore::advance), and once the token is accepted `begin`, in one round of
+    /// the backend's. `Err(begin)` hands the request back where the backend has no such round:
+    /// the caller then advances and begins in turn.
+    pub fn advance_and_begin(
+        &self,
+        key: &str,
+        token: u64,
+        compare: Compare,
+        begin: BeginRequest,
+    ) -> Result<StoreFuture<'_, AdvancedAndBegun>, Box<BeginRequest>> {
+        let Some(combined) = &self.combined else {
+            return Err(Box::new(begin));
+        };
+        let call = combined.advance_and_begin(key, token, compare, begin);
+        let key = key.to_owned();
+        Ok(Box::pin(async move {
+            if let Some(current) = self.cache.refuses(&key, token, compare) {
+                // `call` is dropped unpolled: nothing was sent.
+                return Ok(AdvancedAndBegun {
+                    advance: Advance::Stale { current },
+                    begun: None,
+                });
+            }
+            self.trust.check()?;
+            let floor = self.cache.get(&key);
+            let answer = self.noticed(self.inner.time("advance_and_begin", call).await)?;
+            self.settle(&key, token, floor, answer.advance)?;
+            Ok(answer)
+        }))
+    }
+
+    /// Checks and records, as its own advances are, an advance of `made.key` that another
+    /// component made on the backend: `replaced` is the mark it replaced, or its failure.
+    pub fn settle_advance(
+        &self,
+        made: AdvanceMade<'_>,
+        replaced: Result<Option<u64>, StoreError>,
+    ) -> Result<Advance, StoreError> {
+        self.inner.record(made.op, made.took, replaced.is_err());
+        let replaced = self.noticed(replaced)?;
+        self.trust.check()?;
+        let outcome = decide(replaced, made.token, made.compare);
+        self.settle(made.key, made.token, made.floor, outcome)?;
+        Ok(outcome)
+    }
+
+    /// The key's mark, or `None` for a key never advanced.
+    pub fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            self.trust.check()?;
+            let floor = self.cache.get(&key);
+            if self.inner.exclusive() {
+                // The only writer is this process and every advance raised the cache before it
+                // returned: a cached mark is the mark (the ordering gate's re-check, per write).
+                if let Some(mark) = floor {
+                    return Ok(Some(mark));
+                }
+            }
+            let mark = self.noticed(self.inner.current(&key).await)?;
+            if let Some(error) = self.regressed(&key, mark, floor) {
+                return Err(error);
+            }
+            if let Some(mark) = mark {
+                self.cache.raise(&key, mark);
+            }
+            Ok(mark)
+        })
+    }
+
+    /// A lower bound of the key's mark known without a round trip.
+    pub fn known_mark(&self, key: &str) -> Option<u64> {
+        self.cache.get(key)
+    }
+
+    pub fn identity(&self) -> StoreFuture<'_, StoreIdentity> {
+        self.inner.identity()
+    }
+
+    pub fn close(&self) -> StoreFuture<'_, ()> {
+        self.inner.close()
+    }
+
+    /// Short backend name for logs and metrics.
+    pub fn backend(&self) -> &'static str {
+        self.inner.backend()
     }
 
     /// A backend that found, in the atomic step of a write, that the store is not the adopted
     /// one: nothing is trusted from here on.
-    fn notice(&self, error: &StoreError) {
-        if let StoreError::Untrusted { reason } = error {
+    fn noticed<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(StoreError::Untrusted { reason }) = &result {
             self.trust.distrust(reason.clone());
         }
-    }
-
-    /// Counts one backend call in the store metrics: its duration and, if it failed, the failure.
-    fn record(&self, op: &str, took: std::time::Duration, failed: bool) {
-        let backend = self.inner.backend();
-        self.metrics.observe_store(backend, op, took);
-        if failed {
-            self.metrics
-                .store_errors
-                .with_label_values(&[backend])
-                .inc();
-        }
+        result
     }
 
     /// Checks an advance's answer against the mark seen before the call (`floor`) and raises the
@@ -96,108 +199,5 @@ impl CheckedStore {
         );
         self.trust.distrust(reason.clone());
         Some(StoreError::Untrusted { reason })
-    }
-}
-
-impl FenceStore for CheckedStore {
-    fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance> {
-        let key = key.to_owned();
-        Box::pin(async move {
-            if let Some(current) = self.cache.refuses(&key, token, compare) {
-                return Ok(Advance::Stale { current });
-            }
-            self.trust.check()?;
-            let floor = self.cache.get(&key);
-            let outcome = self
-                .timed("advance", self.inner.advance(&key, token, compare))
-                .await?;
-            self.settle(&key, token, floor, outcome)?;
-            Ok(outcome)
-        })
-    }
-
-    fn advance_and_begin(
-        &self,
-        key: &str,
-        token: u64,
-        compare: Compare,
-        begin: BeginRequest,
-    ) -> Result<StoreFuture<'_, AdvancedAndBegun>, Box<BeginRequest>> {
-        let call = self.inner.advance_and_begin(key, token, compare, begin)?;
-        let key = key.to_owned();
-        Ok(Box::pin(async move {
-            if let Some(current) = self.cache.refuses(&key, token, compare) {
-                // `call` is dropped unpolled: nothing was sent.
-                return Ok(AdvancedAndBegun {
-                    advance: Advance::Stale { current },
-                    begun: None,
-                });
-            }
-            self.trust.check()?;
-            let floor = self.cache.get(&key);
-            let answer = self.timed("advance_and_begin", call).await?;
-            self.settle(&key, token, floor, answer.advance)?;
-            Ok(answer)
-        }))
-    }
-
-    fn settle_advance(
-        &self,
-        made: AdvanceMade<'_>,
-        replaced: Result<Option<u64>, StoreError>,
-    ) -> Result<Advance, StoreError> {
-        let outcome = self.inner.settle_advance(made, replaced);
-        self.record(made.op, made.took, outcome.is_err());
-        let outcome = outcome.inspect_err(|error| self.notice(error))?;
-        self.trust.check()?;
-        self.settle(made.key, made.token, made.floor, outcome)?;
-        Ok(outcome)
-    }
-
-    fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>> {
-        let key = key.to_owned();
-        Box::pin(async move {
-            self.trust.check()?;
-            let floor = self.cache.get(&key);
-            if self.inner.exclusive() {
-                // The only writer is this process and every advance raised the cache before it
-                // returned: a cached mark is the mark (the ordering gate's re-check, per write).
-                if let Some(mark) = floor {
-                    return Ok(Some(mark));
-                }
-            }
-            let mark = self.timed("current", self.inner.current(&key)).await?;
-            if let Some(error) = self.regressed(&key, mark, floor) {
-                return Err(error);
-            }
-            if let Some(mark) = mark {
-                self.cache.raise(&key, mark);
-            }
-            Ok(mark)
-        })
-    }
-
-    fn known_mark(&self, key: &str) -> Option<u64> {
-        self.cache.get(key)
-    }
-
-    fn identity(&self) -> StoreFuture<'_, StoreIdentity> {
-        self.inner.identity()
-    }
-
-    fn expect_identity(&self, id: &str) {
-        self.inner.expect_identity(id);
-    }
-
-    fn close(&self) -> StoreFuture<'_, ()> {
-        self.inner.close()
-    }
-
-    fn exclusive(&self) -> bool {
-        self.inner.exclusive()
-    }
-
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::budget::MemoryBudget;
+use crate::compiled::Compiled;
 use crate::config::Config;
 use crate::descriptors;
 use crate::gate::Gates;
@@ -16,7 +17,7 @@ use crate::gateway::{Gateway, SharedLimits};
 use crate::metrics::Metrics;
 use crate::proxy::UpstreamSlots;
 use crate::reload::{Reloader, RouteSource};
-use crate::route::{CompiledRoute, RouteError, RouteTable};
+use crate::route::{CompiledRoute, RouteTable};
 use crate::store::intents::NoIntentStore;
 use crate::store::{
     self, adoption, AdvanceAndBegin, CheckedStore, FenceStore, IntentStore, MarkCache, Replica,
@@ -25,8 +26,6 @@ use crate::store::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("route {}: field `{}`: {}", .0.route, .0.field, .0.message)]
-    Route(RouteError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("admin: {0}")]
@@ -84,8 +83,8 @@ fn check_descriptors(config: &Config, slots: &UpstreamSlots) -> Result<u64, Star
 impl App {
     /// Compiles the routes, opens the store the configuration names and checks its identity
     /// against this gateway's adoption record.
-    pub async fn build(config: Config) -> Result<App, StartError> {
-        let routes = RouteTable::compile(&config.routes).map_err(StartError::Route)?;
+    pub async fn build(compiled: Compiled) -> Result<App, StartError> {
+        let Compiled { config, routes } = compiled;
         let slots = Arc::new(UpstreamSlots::new(&config.server));
         let file_limit = check_descriptors(&config, &slots)?;
         if let Some(admin) = &config.admin {
@@ -125,8 +124,8 @@ impl App {
 
     /// Like [`App::build`], but on a fence store the caller opened (the `[store]` table and the
     /// adoption check are skipped; routes with idempotency answer 503).
-    pub fn with_store(config: Config, backend: Arc<dyn FenceStore>) -> Result<App, StartError> {
-        let routes = RouteTable::compile(&config.routes).map_err(StartError::Route)?;
+    pub fn with_store(compiled: Compiled, backend: Arc<dyn FenceStore>) -> Result<App, StartError> {
+        let Compiled { config, routes } = compiled;
         let slots = Arc::new(UpstreamSlots::new(&config.server));
         let file_limit = check_descriptors(&config, &slots)?;
         Ok(App::assemble(

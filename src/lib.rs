@@ -40,12 +40,15 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
-pub mod admission;
 pub mod app;
+pub mod body;
 pub mod budget;
+pub mod checks;
+pub mod compiled;
 pub mod config;
 pub mod descriptors;
 pub mod error;
+pub mod extensions;
 pub mod fence;
 pub mod gate;
 pub mod gateway;
@@ -60,6 +63,8 @@ pub mod route;
 pub mod server;
 pub mod stats;
 pub mod store;
+pub mod token;
 
 pub use app::{App, StartError};
+pub use compiled::Compiled;
 pub use config::Config;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use fencegate::compiled::Compiled;
 
 /// mimalloc instead of the system allocator: a proxied request makes a few dozen small
 /// allocations (header maps, boxed futures, buffers), and glibc's malloc and free were about 15%
@@ -127,9 +128,13 @@ fn main() -> ExitCode {
         eprintln!("warning: logging not started: {e}");
     }
     match cli.command {
-        Command::CheckConfig { file } => match fencegate::config::load_file(&file) {
-            Ok(config) => {
-                println!("{}: ok ({} routes)", file.display(), config.routes.len());
+        Command::CheckConfig { file } => match Compiled::load(&file) {
+            Ok(compiled) => {
+                println!(
+                    "{}: ok ({} routes)",
+                    file.display(),
+                    compiled.config.routes.len()
+                );
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -229,8 +234,8 @@ where
     F: FnOnce(fencegate::Config) -> Fut,
     Fut: std::future::Future<Output = Result<String, String>>,
 {
-    let config = match fencegate::config::load_file(path) {
-        Ok(config) => config,
+    let config = match Compiled::load(path) {
+        Ok(compiled) => compiled.config,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
@@ -259,8 +264,8 @@ where
 }
 
 fn serve(path: &Path) -> ExitCode {
-    let config = match fencegate::config::load_file(path) {
-        Ok(config) => config,
+    let compiled = match Compiled::load(path) {
+        Ok(compiled) => compiled,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
@@ -277,7 +282,7 @@ fn serve(path: &Path) -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let mut app = match fencegate::App::build(config).await {
+        let mut app = match fencegate::App::build(compiled).await {
             Ok(app) => app,
             Err(e) => {
                 tracing::error!("{e}");

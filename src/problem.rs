@@ -3,7 +3,7 @@
 use http::{header, HeaderValue, Response, StatusCode};
 use serde::Serialize;
 
-use crate::proxy::{full_body, ProxyBody};
+use crate::body::{full_body, ProxyBody};
 
 /// Where the problem types live; each case appends its stable slug (`.../stale-fence`).
 pub const PROBLEM_TYPE_BASE: &str = "https://fencegate.dev/problems/";

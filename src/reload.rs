@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use crate::config::{load_file, Config};
+use crate::compiled::Compiled;
+use crate::config::Config;
 use crate::descriptors;
 use crate::metrics::Metrics;
 use crate::proxy::UpstreamSlots;
@@ -108,9 +109,10 @@ impl Reloader {
             .path
             .as_ref()
             .ok_or("this gateway was not started from a configuration file")?;
-        let config = load_file(path).map_err(|e| e.to_string())?;
-        let table = RouteTable::compile(&config.routes)
-            .map_err(|e| format!("route {}: field `{}`: {}", e.route, e.field, e.message))?;
+        let Compiled {
+            config,
+            routes: table,
+        } = Compiled::load(path).map_err(|e| e.to_string())?;
         if let Some(capacity) = &self.capacity {
             let caps = capacity.slots.caps_for(&config.routes);
             let mut running = capacity.running.clone();

@@ -17,7 +17,7 @@ mod workers;
 pub use admin_listener::serve_admin;
 pub use clock::{ConnectionTimeouts, Expiry};
 
-pub use watched_stream::AmbiguousFraming;
+pub use crate::extensions::AmbiguousFraming;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -149,7 +149,7 @@ async fn the_reserved_prefix_is_never_routed_upstream() {
 #[tokio::test]
 async fn routes_under_the_reserved_prefix_are_rejected_at_load() {
     let text = "[server]\nlisten = \"127.0.0.1:0\"\n[[routes]]\nname = \"sneaky\"\npath = \"/_fencegate/claim/{id}\"\nupstream = \"http://127.0.0.1:1\"\nresource_key = \"k:{id}\"\n";
-    let error = fencegate::config::parse_str(text, std::path::Path::new("x.toml")).unwrap_err();
+    let error = fencegate::Compiled::parse(text, std::path::Path::new("x.toml")).unwrap_err();
     let message = error.to_string();
     assert!(
         message.contains("sneaky") && message.contains("path") && message.contains("reserved"),

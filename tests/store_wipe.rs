@@ -23,7 +23,7 @@ struct Gateway {
 
 impl Gateway {
     async fn start(text: &str) -> Gateway {
-        let config = fencegate::config::parse_str(text, Path::new("store_wipe.toml"))
+        let config = fencegate::Compiled::parse(text, Path::new("store_wipe.toml"))
             .unwrap_or_else(|e| panic!("test config must load: {e}\n{text}"));
         let app = fencegate::App::build(config)
             .await

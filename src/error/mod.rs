@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use http::{header, HeaderName, HeaderValue, Response};
 
-use crate::fence::{SignatureError, TokenError};
-use crate::gateway::{DestinationRefusal, HostRefusal};
-use crate::proxy::ProxyBody;
+use crate::body::ProxyBody;
+use crate::checks::{DestinationRefusal, HostRefusal};
 use crate::request_id::RequestId;
 use crate::route::{MethodRefusal, PathRefusal, RenderError};
 use crate::store::StoreError;
+use crate::token::{SignatureError, TokenError};
 
 /// Header naming the key's high-water mark on a stale-fence refusal.
 pub const X_FENCE_CURRENT: HeaderName = HeaderName::from_static("x-fence-current");

@@ -4,8 +4,8 @@
 
 use std::future::Future;
 
-use crate::admission::Admission;
 use crate::error::GatewayError;
+use crate::extensions::Admission;
 use crate::route::CompiledRoute;
 use crate::stats::RouteCounters;
 use crate::store::{Advance, CheckedStore, StoreError};

@@ -13,15 +13,14 @@ use tower::{Layer, Service};
 
 use super::advance::{advance, refuse_stale};
 use super::limit::check_max_advance;
-use super::signature::SignatureError;
-use super::token::{read_fence_header, TokenError};
-use crate::admission::{Admission, AdvanceBy};
 use crate::config::{FenceMode, OnStoreError};
 use crate::error::{ErrorKind, GatewayError, Origin};
+use crate::extensions::{Admission, AdvanceBy};
 use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
 use crate::store::{decide, Advance, CheckedStore};
+use crate::token::{read_fence_header, SignatureError, TokenError};
 
 #[derive(Clone)]
 pub struct FenceLayer {

@@ -15,10 +15,10 @@ use tower::{Layer, Service};
 
 use super::read_ahead::{read_ahead, ReadAhead};
 use super::{Busy, GatedBody, Gates, LocalPass, SharedGate, SharedGateError, SharedPass};
-use crate::admission::{Admission, AdvanceBy};
 use crate::budget::MemoryBudget;
 use crate::config::Ordering;
 use crate::error::GatewayError;
+use crate::extensions::{Admission, AdvanceBy};
 use crate::fence::{advance, bounded, judge};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};

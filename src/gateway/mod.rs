@@ -3,13 +3,12 @@
 //! responses here and nowhere else.
 
 mod claim;
-mod destination;
-mod host;
 mod routing;
 
+pub use crate::checks::{
+    check_destination, check_host, same_authority, DestinationRefusal, HostRefusal, DESTINATION,
+};
 pub use claim::Claim;
-pub use destination::{check_destination, DestinationRefusal, DESTINATION};
-pub use host::{check_host, same_authority, HostRefusal};
 pub use routing::{Routing, RoutingLayer};
 
 use std::convert::Infallible;
@@ -24,18 +23,18 @@ use tower::{Service, ServiceBuilder};
 
 use crate::budget::MemoryBudget;
 use crate::error::GatewayError;
+use crate::extensions::AmbiguousFraming;
 use crate::fence::{Fence, FenceLayer};
 use crate::gate::{Gate, GateLayer, Gates};
 use crate::idempotency::{Idempotency, IdempotencyLayer, IntentBackend};
 use crate::metrics::Metrics;
 use crate::proxy::{
-    strip_hop_by_hop_headers, strip_path_override_headers, Proxy, ProxyBody, RequestBody,
+    streamed_body, strip_hop_by_hop_headers, strip_path_override_headers, Proxy, ProxyBody,
     UpstreamSlots,
 };
 use crate::reload::RouteSource;
 use crate::request_id::{assign_request_id, stamp_request_id};
 use crate::route::{check_method_spelling, RESERVED_PREFIX};
-use crate::server::AmbiguousFraming;
 use crate::store::intents::NoIntentStore;
 use crate::store::{CheckedStore, IntentStore};
 
@@ -172,7 +171,7 @@ impl Service<Request<Incoming>> for Gateway {
         let body_timeout = self.body_timeout;
         let answer = self
             .routed
-            .call(request.map(|body| RequestBody::streamed(body, body_timeout)));
+            .call(request.map(|body| streamed_body(body, body_timeout)));
         Box::pin(async move {
             let response = answer
                 .await

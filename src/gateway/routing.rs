@@ -11,9 +11,9 @@ use http::{Request, Response};
 use tower::{Layer, Service};
 
 use super::check_destination;
-use crate::admission::AdvanceBy;
 use crate::config::{FenceMode, OnStoreError, Ordering};
 use crate::error::{GatewayError, Origin, RequestError};
+use crate::extensions::AdvanceBy;
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, RequestBody};
 use crate::reload::RouteSource;
@@ -297,8 +297,8 @@ pub fn outcome_label(result: &Result<Response<ProxyBody>, GatewayError>) -> &'st
 #[cfg(test)]
 mod tests {
     use super::advance_by;
-    use crate::admission::AdvanceBy;
     use crate::config::parse_str;
+    use crate::extensions::AdvanceBy;
     use crate::route::RouteTable;
 
     /// One route per line of the decision, named by what it should get.

@@ -2,8 +2,8 @@
 //! (`AdvanceBy::Intent`), made together with beginning the intent: in one store round where the backend has one
 //! (`CheckedStore::advance_and_begin`), else the advance and then the begin, as before.
 
-use crate::admission::Admission;
 use crate::error::GatewayError;
+use crate::extensions::Admission;
 use crate::fence::{advance, make_advance};
 use crate::route::CompiledRoute;
 use crate::store::{BeginRequest, Begun, CheckedStore, IntentStore, StoreError};

@@ -9,12 +9,11 @@ mod capture;
 pub mod cli;
 mod key;
 mod layer;
-mod settings;
 
+pub use crate::route::{IdempotencySettings, SettingsError, TEMPLATE_EXTRAS};
 pub use admission::IntentBackend;
 pub use key::{fingerprint, idempotency_key};
 pub use layer::{Idempotency, IdempotencyLayer};
-pub use settings::{IdempotencySettings, SettingsError, TEMPLATE_EXTRAS};
 
 /// Milliseconds since the Unix epoch, the clock intent records use.
 pub fn now_ms() -> u64 {

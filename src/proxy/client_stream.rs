@@ -12,7 +12,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
-use super::BoxError;
+use crate::body::{BoxError, RequestBody};
 use crate::error::GatewayError;
 
 /// The client's body failed: bad chunked framing, or the connection closed before its end.
@@ -109,4 +109,11 @@ pub fn client_body_fault(error: &(dyn std::error::Error + 'static)) -> Option<Ga
         current = e.source();
     }
     None
+}
+
+/// The client's body, streamed into a [`RequestBody`]; failing if it pauses for longer than
+/// `pause`.
+pub fn streamed_body(incoming: Incoming, pause: Duration) -> RequestBody {
+    use http_body_util::BodyExt as _;
+    RequestBody::unlimited(ClientStream::new(incoming, pause).boxed())
 }

@@ -4,16 +4,20 @@
 
 mod canonical;
 mod fold;
+mod idempotency;
 mod method;
 mod pattern;
 mod table;
 mod template;
+mod upstream;
 
 pub use canonical::{canonicalize, CanonicalPath, PathRefusal, MAX_CAPTURE_LEN};
 pub use fold::same_ignoring_case;
+pub use idempotency::{IdempotencySettings, SettingsError, TEMPLATE_EXTRAS};
 pub use method::{
     check_method_override, check_method_spelling, FencedMethods, MethodRefusal, UNFENCED_METHODS,
 };
 pub use pattern::{Captures, PathMatch, PathPattern, PatternError};
 pub use table::{CompiledRoute, RouteError, RouteMatch, RouteTable, RESERVED_PREFIX};
 pub use template::{KeyTemplate, RenderError, RequestParts, TemplateError, MAX_RESOURCE_KEY_LEN};
+pub use upstream::UpstreamTarget;

@@ -5,15 +5,15 @@ use std::time::Duration;
 
 use http::{HeaderName, Method};
 
+use super::idempotency::IdempotencySettings;
+use super::upstream::UpstreamTarget;
 use super::{CanonicalPath, Captures, FencedMethods, KeyTemplate, PathPattern, PathRefusal};
 use crate::config::{
     CollectionWrites, Compare, FenceMode, FormatSuffix, OnStoreError, Ordering, PathParameters,
     RouteConfig,
 };
-use crate::fence::{signature_key_from_env, SignatureKey};
-use crate::idempotency::IdempotencySettings;
-use crate::proxy::UpstreamTarget;
 use crate::stats::RouteCounters;
+use crate::token::{signature_key_from_env, SignatureKey};
 
 /// Paths under this prefix belong to the gateway itself (claiming) and are never routed upstream.
 pub const RESERVED_PREFIX: &str = "/_fencegate/";

@@ -18,11 +18,6 @@ use super::framing::FramingScanner;
 /// The client connection preface of HTTP/2 (RFC 9113 §3.4).
 const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Marks a request whose head carried both `Content-Length` and `Transfer-Encoding`; the
-/// gateway refuses it before any layer runs.
-#[derive(Debug, Clone, Copy)]
-pub struct AmbiguousFraming;
-
 /// Shared by a connection's stream (which numbers heads as they are read) and its service
 /// (which numbers requests as hyper hands them over, in the same order).
 #[derive(Debug, Default)]

@@ -133,9 +133,14 @@ impl TestGateway {
     }
 
     async fn start_text(dir: &Path, text: &str, store: Option<Arc<dyn FenceStore>>) -> TestGateway {
-        let config = fencegate::config::parse_str(text, Path::new("test.toml"))
+        let config = fencegate::Compiled::parse(text, Path::new("test.toml"))
             .unwrap_or_else(|e| panic!("test config must load: {e}\n{text}"));
-        let names: Vec<String> = config.routes.iter().map(|r| r.name.clone()).collect();
+        let names: Vec<String> = config
+            .config
+            .routes
+            .iter()
+            .map(|r| r.name.clone())
+            .collect();
         let mut app = match store {
             Some(store) => App::with_store(config, store).expect("gateway builds"),
             None => App::build(config).await.expect("gateway builds"),

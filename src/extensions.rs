@@ -1,6 +1,11 @@
-//! What the request's layers hand each other about a fenced write, as request extensions: who
-//! makes its compare-and-advance (decided once, by routing) and the write the fence admitted.
-//! A leaf: it depends on no other module of the crate.
+//! What the listener and the request's layers hand each other as request extensions: a head with
+//! conflicting framing, who makes a fenced write's compare-and-advance (decided once, by routing)
+//! and the write the fence admitted. A leaf: it depends on no other module of the crate.
+
+/// Marks a request whose head carried both `Content-Length` and `Transfer-Encoding`; the
+/// gateway refuses it before any layer runs.
+#[derive(Debug, Clone, Copy)]
+pub struct AmbiguousFraming;
 
 /// Which layer makes a fenced write's compare-and-advance. Routing decides it once per request
 /// from the route and the store; each layer asks only whether it is the owner.

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use http::HeaderName;
 
+use super::{KeyTemplate, PathPattern};
 use crate::config::{ClientKey, IdempotencyConfig};
-use crate::route::{KeyTemplate, PathPattern};
 
 /// Names a key template may use besides the path's segments.
 pub const TEMPLATE_EXTRAS: [&str; 3] = ["resource_key", "method", "route"];

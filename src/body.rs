@@ -1,5 +1,6 @@
 //! The body types of the whole gateway: streamed bodies, or small buffers the gateway wrote or
-//! read itself (problem details, claim answers, fingerprinted idempotent requests).
+//! read itself (problem details, claim answers, fingerprinted idempotent requests). A leaf: it
+//! depends on no other module of the crate.
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt as _, Full};
@@ -9,40 +10,6 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Every response the gateway returns has this body.
 pub type ProxyBody = BoxBody<Bytes, BoxError>;
-
-/// What every service of the routed stack returns. One boxed type for all of them, so a layer
-/// that does not apply to a request hands back its inner service's future as it is, unboxed
-/// and unwrapped again.
-pub type ProxyFuture = futures_util::future::BoxFuture<
-    'static,
-    Result<http::Response<ProxyBody>, crate::error::GatewayError>,
->;
-
-/// The inner service a layer of the routed stack wraps: the rest of the stack, answering with
-/// [`ProxyFuture`] so that a layer that does not apply can return its future as it is.
-pub trait StackService:
-    tower::Service<
-        http::Request<RequestBody>,
-        Response = http::Response<ProxyBody>,
-        Error = crate::error::GatewayError,
-        Future = ProxyFuture,
-    > + Clone
-    + Send
-    + 'static
-{
-}
-
-impl<S> StackService for S where
-    S: tower::Service<
-            http::Request<RequestBody>,
-            Response = http::Response<ProxyBody>,
-            Error = crate::error::GatewayError,
-            Future = ProxyFuture,
-        > + Clone
-        + Send
-        + 'static
-{
-}
 
 /// Every request body inside the gateway: the client's stream, or a body the gateway had to read
 /// whole (to fingerprint an idempotent request) and now replays. A named type rather than an alias
@@ -63,11 +30,6 @@ pub struct BodyLimitExceeded {
 }
 
 impl RequestBody {
-    /// The client's body, streamed; failing if it pauses for longer than `pause`.
-    pub fn streamed(incoming: hyper::body::Incoming, pause: std::time::Duration) -> RequestBody {
-        RequestBody::unlimited(super::client_stream::ClientStream::new(incoming, pause).boxed())
-    }
-
     /// A body already in memory.
     pub fn full(bytes: Bytes) -> RequestBody {
         RequestBody::unlimited(
@@ -77,7 +39,7 @@ impl RequestBody {
         )
     }
 
-    fn unlimited(inner: BoxBody<Bytes, BoxError>) -> RequestBody {
+    pub fn unlimited(inner: BoxBody<Bytes, BoxError>) -> RequestBody {
         RequestBody {
             inner,
             limit: u64::MAX,

@@ -1,0 +1,24 @@
+//! The gateway in process, on the embedded store, behind recording upstreams: what it forwards
+//! and refuses (fencing outcomes, claims, ordering, limits, malformed HTTP, headers, request ids,
+//! tokens, the admin listener, a failing store) and the I1 history check on one gateway. None of
+//! these needs PostgreSQL, Redis or a framework upstream.
+//!
+//! One test binary for all of them (issue 19): each links the whole crate. The modules share no
+//! process-wide state: every gateway has its own temporary directory and listens on port 0.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod admin;
+mod claim;
+mod concurrency;
+mod fence_outcomes;
+mod forwarding;
+mod limits;
+mod malformed_http;
+mod ordering;
+mod reconciliation;
+mod request_id;
+mod store_failures;
+mod token_poisoning;
+mod trust_boundaries;

@@ -1,0 +1,22 @@
+//! The real `fencegate` binary as a child process: the command line, durability across restarts
+//! and `kill -9`, SIGTERM and SIGHUP, log lines, idempotency across a crash, hostile load under
+//! `prlimit` limits, and three replicas on one PostgreSQL schema or Redis prefix (the I1 history
+//! check across processes).
+//!
+//! One test binary for all of them (issue 19): each links the whole crate. The resource limits
+//! (`prlimit --as`, `--nofile`) are set on the child only, never on this process, and the memory
+//! checks read the child's `/proc/PID/status`, so they do not depend on what else runs here.
+//! `replicas` is here, not with `serialized_history` in `histories`: each opens 25 to 35
+//! PostgreSQL connections, and the other tests here open a few at most.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cli;
+mod durability;
+mod hostile_load;
+mod idempotency_crash;
+mod log_escaping;
+mod reload;
+mod replicas;
+mod shutdown;

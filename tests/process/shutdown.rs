@@ -1,0 +1,118 @@
+//! The real binary on SIGTERM: stops accepting, finishes what is in flight, exits 0. And with
+//! `--log-format json`, its stderr is JSON lines carrying each refusal's context.
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::support::gateway::fenced_route;
+use crate::support::process::stderr_path;
+use crate::support::{send, Behavior, GatewayProcess, RecordingUpstream, DELAY_HEADER};
+
+/// How long the in-flight request takes at the upstream: long enough to signal in the middle.
+const SLOW_REQUEST_MS: u64 = 1500;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_the_in_flight_request_refuses_new_connections_and_exits_0() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let process = GatewayProcess::start(
+        dir.path(),
+        &fenced_route("docs", &upstream.url(), "enforce", "monotonic"),
+    );
+    let addr = process.addr;
+
+    let url = process.url("/docs/1");
+    let delay = SLOW_REQUEST_MS.to_string();
+    let slow = tokio::spawn(async move {
+        send(
+            "PUT",
+            &url,
+            &[("x-fence", "1"), (DELAY_HEADER, delay.as_str())],
+            "x",
+        )
+        .await
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while upstream.in_flight() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the slow request never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    process.signal_terminate();
+
+    // The listener closes at once, while the slow request is still being answered.
+    let refused = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            if TcpStream::connect(addr).is_err() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    })
+    .await
+    .expect("probe task");
+    assert!(refused, "new connections were accepted after SIGTERM");
+    assert_eq!(
+        upstream.in_flight(),
+        1,
+        "the listener closed while the request was in flight"
+    );
+
+    let reply = slow.await.expect("client task");
+    assert_eq!(reply.status, 200);
+    assert_eq!(&reply.body[..], b"ok");
+    let status = tokio::task::spawn_blocking(move || process.wait_exit(Duration::from_secs(10)))
+        .await
+        .expect("wait task");
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert!(upstream.abandoned().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_log_format_writes_json_lines_with_the_refusals_context() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let process = GatewayProcess::start_logging(
+        dir.path(),
+        &fenced_route("docs", &upstream.url(), "enforce", "monotonic"),
+        &["--log-format", "json"],
+        "info",
+    );
+    let accepted = send("PUT", &process.url("/docs/7"), &[("x-fence", "5")], "x").await;
+    assert_eq!(accepted.status, 200);
+    let stale = send(
+        "PUT",
+        &process.url("/docs/7"),
+        &[("x-fence", "3"), ("x-request-id", "json-log-1")],
+        "x",
+    )
+    .await;
+    assert_eq!(stale.status, 409);
+    let status = tokio::task::spawn_blocking(move || process.terminate())
+        .await
+        .expect("terminate task");
+    assert_eq!(status.code(), Some(0), "{status}");
+
+    let text = std::fs::read_to_string(stderr_path(dir.path())).expect("read stderr");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"))
+        })
+        .collect();
+    assert!(!lines.is_empty(), "no log lines at info");
+    let refusal = lines
+        .iter()
+        .map(|line| &line["fields"])
+        .find(|fields| fields["message"] == "refused: stale fencing token")
+        .unwrap_or_else(|| panic!("no stale-fence refusal in the log:\n{text}"));
+    assert_eq!(refusal["route"], "docs");
+    assert_eq!(refusal["key"], "docs:7");
+    assert_eq!(refusal["token"], 3);
+    assert_eq!(refusal["current"], 5);
+    assert_eq!(refusal["request_id"], "json-log-1");
+}

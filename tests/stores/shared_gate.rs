@@ -1,0 +1,445 @@
+//! The cross-replica gate (`SharedGate`) over the key turns of PostgreSQL and Redis, driven
+//! directly: two gates on one store stand for two replicas, one of them behind a relay the test
+//! can cut. A held turn keeps the other replica out until released; a lost store connection frees
+//! nothing; a turn never released lapses by its lease on the store's clock, not before; a take
+//! with a token advances the mark only when it takes the turn; the keeper renews a long turn and
+//! cuts the forward of one it cannot renew before the lease lapses; a store that lost its
+//! identity refuses every take; on PostgreSQL an ended turn's release is written once another
+//! replica wants the key, not before. PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) must be
+//! running: these tests fail, never skip, when they are not.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fencegate::config::{
+    PostgresStoreConfig, RedisStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
+    DEFAULT_POSTGRES_BATCHES_IN_FLIGHT, DEFAULT_TURN_MARGIN,
+};
+use fencegate::gate::{SharedGate, SharedGateError, SharedPass};
+use fencegate::proxy::full_body;
+use fencegate::store::{FenceStore, PostgresStore, RedisStore, StoreError, TakeTurn, TurnStore};
+
+use crate::support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
+use crate::support::redis::{delete_keys, unique_prefix, REDIS_ADDR};
+use crate::support::relay::{Relay, RelayMode};
+
+const POSTGRES_ADDR: &str = "127.0.0.1:5432";
+/// Long enough for any store round on a loaded machine; short enough to keep the tests quick.
+const HOLD: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Postgres,
+    Redis,
+}
+
+/// One store namespace (a schema or a key prefix), shared by the replicas of a test.
+struct Namespace {
+    backend: Backend,
+    name: String,
+}
+
+/// One replica: its fence store, its turns and its gate.
+struct Replica {
+    store: Arc<dyn FenceStore>,
+    turns: Arc<dyn TurnStore>,
+    gate: SharedGate,
+}
+
+impl Namespace {
+    fn new(backend: Backend) -> Namespace {
+        let name = match backend {
+            Backend::Postgres => unique_schema(),
+            Backend::Redis => unique_prefix(),
+        };
+        Namespace { backend, name }
+    }
+
+    /// A replica reaching the store at `addr` (the server, or a relay in front of it).
+    async fn replica(&self, addr: &str, margin: Duration) -> Replica {
+        let (store, turns): (Arc<dyn FenceStore>, Arc<dyn TurnStore>) = match self.backend {
+            Backend::Postgres => {
+                let config = PostgresStoreConfig {
+                    url: format!("postgres://postgres@{addr}/test"),
+                    schema: self.name.clone(),
+                    max_connections: 2,
+                    batches_in_flight: DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
+                    turn_margin: margin,
+                    max_batch: DEFAULT_MAX_BATCH,
+                    cache_capacity: DEFAULT_CACHE_CAPACITY,
+                };
+                let store = PostgresStore::open(&config).await.unwrap_or_else(|e| {
+                    panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}")
+                });
+                let turns = Arc::new(store.turns(&fencegate::store::Replica::fresh().id));
+                (Arc::new(store), turns)
+            }
+            Backend::Redis => {
+                let config = RedisStoreConfig {
+                    url: format!("redis://{addr}"),
+                    key_prefix: self.name.clone(),
+                    require_durable: false,
+                    turn_margin: margin,
+                    max_batch: DEFAULT_MAX_BATCH,
+                    cache_capacity: DEFAULT_CACHE_CAPACITY,
+                };
+                let store = RedisStore::open(&config)
+                    .await
+                    .unwrap_or_else(|e| panic!("Redis at {REDIS_ADDR} is required: {e}"));
+                let turns = Arc::new(store.turns(&fencegate::store::Replica::fresh().id));
+                (Arc::new(store), turns)
+            }
+        };
+        let gate = SharedGate::new(Arc::clone(&turns), margin);
+        Replica { store, turns, gate }
+    }
+
+    fn server(&self) -> &'static str {
+        match self.backend {
+            Backend::Postgres => POSTGRES_ADDR,
+            Backend::Redis => REDIS_ADDR,
+        }
+    }
+
+    async fn relay(&self) -> Relay {
+        let target: SocketAddr = self.server().parse().expect("server address");
+        Relay::start(target).await
+    }
+
+    async fn clean_up(&self) {
+        match self.backend {
+            Backend::Postgres => drop_schema(&self.name).await,
+            Backend::Redis => delete_keys(&self.name).await,
+        }
+    }
+}
+
+/// Runs `test` on a fresh namespace of `backend` and cleans it up, even when the test fails.
+async fn on<F, Fut>(backend: Backend, test: F)
+where
+    F: FnOnce(Arc<Namespace>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let namespace = Arc::new(Namespace::new(backend));
+    let outcome = tokio::spawn(test(Arc::clone(&namespace))).await;
+    namespace.clean_up().await;
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+async fn enter(
+    replica: &Replica,
+    key: &str,
+    wait: Duration,
+) -> Result<SharedPass, SharedGateError> {
+    replica.gate.enter(key, wait, HOLD).await
+}
+
+/// Whether `replica` gets the key's turn within `wait` (the pass is given back at once).
+async fn gets_in(replica: &Replica, key: &str, wait: Duration) -> bool {
+    match enter(replica, key, wait).await {
+        Ok(_) => true,
+        Err(SharedGateError::Timeout(_)) => false,
+        Err(e) => panic!("entering the gate failed: {e}"),
+    }
+}
+
+async fn a_held_turn_keeps_the_other_replica_out_until_released(backend: Backend) {
+    on(backend, |ns| async move {
+        let a = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        let b = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        let held = enter(&a, "k", HOLD).await.expect("a free key is entered");
+        assert!(
+            !gets_in(&b, "k", Duration::from_millis(300)).await,
+            "{backend:?}: both replicas held the key"
+        );
+        assert!(
+            gets_in(&b, "other", HOLD).await,
+            "another key is not blocked"
+        );
+        drop(held);
+        assert!(
+            gets_in(&b, "k", Duration::from_secs(2)).await,
+            "{backend:?}: the released key stayed closed"
+        );
+    })
+    .await;
+}
+
+async fn a_lost_store_connection_does_not_free_the_turn(backend: Backend) {
+    on(backend, |ns| async move {
+        let relay = ns.relay().await;
+        let a = ns
+            .replica(&relay.addr.to_string(), DEFAULT_TURN_MARGIN)
+            .await;
+        let b = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        let held = enter(&a, "k", HOLD).await.expect("a free key is entered");
+        // Every connection of replica A to the store is closed, then the store is back.
+        relay.set(RelayMode::Cut);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        relay.set(RelayMode::Pass);
+        assert!(
+            !gets_in(&b, "k", Duration::from_millis(500)).await,
+            "{backend:?}: a reset of the holder's store connections freed its turn"
+        );
+        drop(held);
+        assert!(
+            gets_in(&b, "k", Duration::from_secs(3)).await,
+            "{backend:?}: the turn released over a new connection stayed closed"
+        );
+    })
+    .await;
+}
+
+async fn an_unreleased_turn_lapses_by_its_lease_and_not_before(backend: Backend) {
+    on(backend, |ns| async move {
+        let a = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        let b = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        let lease = Duration::from_millis(800);
+        let started = Instant::now();
+        // A holder that dies without releasing: the turn is taken and never given back.
+        let taken = a
+            .turns
+            .take(TakeTurn {
+                key: "k".to_owned(),
+                turn: 1,
+                lease,
+                advance: None,
+            })
+            .await
+            .expect("take");
+        assert_eq!(taken, Some(None), "a free key is taken, with no mark");
+        enter(&b, "k", Duration::from_secs(5))
+            .await
+            .expect("the lapsed turn is taken");
+        let waited = started.elapsed();
+        assert!(
+            waited >= lease - Duration::from_millis(50),
+            "{backend:?}: entered after {waited:?}, before the lease of {lease:?} lapsed"
+        );
+        assert!(
+            waited < lease + Duration::from_secs(2),
+            "{backend:?}: entered only after {waited:?}"
+        );
+    })
+    .await;
+}
+
+async fn a_take_with_a_token_advances_the_mark_only_when_it_takes_the_turn(backend: Backend) {
+    on(backend, |ns| async move {
+        let a = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        let b = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        let (held, replaced) = a
+            .gate
+            .try_enter_and_advance("k", 5, HOLD)
+            .await
+            .expect("take")
+            .expect("a free key is taken");
+        assert_eq!(replaced, None, "the key had no mark");
+        assert_eq!(held.mark_under_turn(), None);
+        let refused = b
+            .gate
+            .try_enter_and_advance("k", 9, HOLD)
+            .await
+            .expect("take");
+        assert!(refused.is_none(), "{backend:?}: a held key was taken");
+        assert_eq!(
+            b.store.current("k").await.expect("read"),
+            Some(5),
+            "{backend:?}: a take that failed advanced the mark"
+        );
+        drop(held);
+        let mut taken = None;
+        for _ in 0..100 {
+            taken = b
+                .gate
+                .try_enter_and_advance("k", 9, HOLD)
+                .await
+                .expect("take");
+            if taken.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (pass, replaced) = taken.expect("the released key is taken");
+        assert_eq!(
+            replaced,
+            Some(5),
+            "the advance reports the mark it replaced"
+        );
+        assert_eq!(pass.mark_under_turn(), Some(5));
+        assert_eq!(b.store.current("k").await.expect("read"), Some(9));
+        // A lower token takes the turn but leaves the mark as it is.
+        drop(pass);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (_pass, replaced) = a
+            .gate
+            .try_enter_and_advance("k", 7, HOLD)
+            .await
+            .expect("take")
+            .expect("taken");
+        assert_eq!(replaced, Some(9));
+        assert_eq!(
+            a.store.current("k").await.expect("read"),
+            Some(9),
+            "{backend:?}: a mark went down"
+        );
+    })
+    .await;
+}
+
+async fn the_keeper_renews_a_long_turn(backend: Backend) {
+    on(backend, |ns| async move {
+        let margin = Duration::from_millis(500);
+        let a = ns.replica(ns.server(), margin).await;
+        let b = ns.replica(ns.server(), margin).await;
+        let held = enter(&a, "k", HOLD).await.expect("entered");
+        // Three leases' worth of time: only renewals keep B out.
+        let lease = HOLD + margin;
+        assert!(
+            !gets_in(&b, "k", lease * 3).await,
+            "{backend:?}: the turn lapsed while its holder still renewed it"
+        );
+        assert!(!held.watch().lapsed(), "a renewed turn was cut");
+        drop(held);
+        assert!(gets_in(&b, "k", Duration::from_secs(3)).await);
+    })
+    .await;
+}
+
+async fn a_turn_that_cannot_be_renewed_is_cut_before_its_lease_lapses(backend: Backend) {
+    on(backend, |ns| async move {
+        let margin = Duration::from_secs(1);
+        let relay = ns.relay().await;
+        let a = ns.replica(&relay.addr.to_string(), margin).await;
+        let b = ns.replica(ns.server(), margin).await;
+        let started = Instant::now();
+        let held = enter(&a, "k", HOLD).await.expect("entered");
+        let watch = held.watch();
+        watch.hold_body(full_body("a response still streaming"));
+        // The holder loses the store for good: no renewal can reach it.
+        relay.set(RelayMode::Cut);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !watch.lapsed() {
+            assert!(Instant::now() < deadline, "the turn was never cut");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let cut_after = started.elapsed();
+        assert!(watch.body().is_none(), "the cut turn's body was not dropped");
+        // The keeper cuts within its last tick before the deadline; this loop looks every 20 ms.
+        assert!(
+            cut_after <= HOLD + Duration::from_millis(100),
+            "{backend:?}: cut only after {cut_after:?}, past its hold of {HOLD:?}"
+        );
+        // The other replica gets the key only once the lease itself lapsed.
+        enter(&b, "k", Duration::from_secs(5)).await.expect("the lapsed turn is taken");
+        let entered_after = started.elapsed();
+        assert!(
+            entered_after >= HOLD + margin - Duration::from_millis(100),
+            "{backend:?}: the other replica entered after {entered_after:?}, before the lease lapsed"
+        );
+        drop(held);
+    })
+    .await;
+}
+
+async fn a_store_that_lost_its_identity_refuses_takes(backend: Backend) {
+    on(backend, |ns| async move {
+        let a = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        let identity = a.store.identity().await.expect("identity");
+        a.store.expect_identity(&identity.id);
+        assert!(
+            enter(&a, "k", HOLD).await.is_ok(),
+            "the adopted store refused a take"
+        );
+        a.store.expect_identity("another-store");
+        let refused = a.gate.try_enter_and_advance("k2", 3, HOLD).await;
+        assert!(
+            matches!(refused, Err(StoreError::Untrusted { .. })),
+            "{backend:?}: a store with another identity answered {:?}",
+            refused.map(|r| r.map(|(_, mark)| mark))
+        );
+        a.store.expect_identity(&identity.id);
+        assert_eq!(
+            a.store.current("k2").await.expect("read"),
+            None,
+            "the refused take advanced"
+        );
+    })
+    .await;
+}
+
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Postgres).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Redis).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    a_held_turn_keeps_the_other_replica_out_until_released,
+    a_lost_store_connection_does_not_free_the_turn,
+    an_unreleased_turn_lapses_by_its_lease_and_not_before,
+    a_take_with_a_token_advances_the_mark_only_when_it_takes_the_turn,
+    the_keeper_renews_a_long_turn,
+    a_turn_that_cannot_be_renewed_is_cut_before_its_lease_lapses,
+    a_store_that_lost_its_identity_refuses_takes,
+);
+
+/// On PostgreSQL a holder writes the release of an ended turn only once another replica wants the
+/// key (its take notifies the holder): until then the row still names the holder's turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_an_ended_turn_is_released_when_another_replica_wants_it() {
+    on(Backend::Postgres, |ns| async move {
+        let a = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        let b = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        // The first release starts the holder's listener (written at once: nobody listens yet).
+        drop(enter(&a, "first", HOLD).await.expect("entered"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        drop(enter(&a, "k", HOLD).await.expect("entered"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(TEST_POSTGRES_URL)
+            .await
+            .expect("PostgreSQL");
+        let still_leased: bool = sqlx::query_scalar(&format!(
+            "SELECT turn_expires > now() FROM {}.fence_marks WHERE key = 'k'",
+            ns.name
+        ))
+        .fetch_one(&pool)
+        .await
+        .expect("the key's row");
+        assert!(
+            still_leased,
+            "the ended turn's release was written though nobody wanted the key"
+        );
+        let started = Instant::now();
+        assert!(
+            gets_in(&b, "k", Duration::from_secs(2)).await,
+            "the wanted key was never released"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "the wanted key took {:?} to be released",
+            started.elapsed()
+        );
+    })
+    .await;
+}

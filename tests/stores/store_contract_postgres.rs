@@ -1,0 +1,146 @@
+//! The PostgreSQL store keeps the `FenceStore` contract (`tests/support/contract.rs`) and the
+//! `IntentStore` contract (`tests/support/intent_contract.rs`), each in a schema of its own that
+//! is dropped afterwards. PostgreSQL must be running on 127.0.0.1:5432 (start it
+//! with `scripts/ensure-services.sh`): these tests fail, never skip, when it is not.
+
+use std::sync::Arc;
+
+use fencegate::config::{
+    PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
+    DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
+};
+use fencegate::store::{BeginRequest, Begun, FenceStore, IntentStore, PostgresStore};
+
+use crate::support;
+use crate::support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
+
+fn config(schema: &str) -> PostgresStoreConfig {
+    PostgresStoreConfig {
+        url: TEST_POSTGRES_URL.to_owned(),
+        schema: schema.to_owned(),
+        max_connections: 8,
+        batches_in_flight: DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
+        turn_margin: fencegate::config::DEFAULT_TURN_MARGIN,
+        max_batch: DEFAULT_MAX_BATCH,
+        cache_capacity: DEFAULT_CACHE_CAPACITY,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_store_keeps_the_contract() {
+    let schema = unique_schema();
+    let config = config(&schema);
+    support::contract::keeps_the_contract(|| async {
+        let store = PostgresStore::open(&config).await.unwrap_or_else(|e| {
+            panic!("PostgreSQL at {TEST_POSTGRES_URL} is required (scripts/ensure-services.sh starts it): {e}")
+        });
+        Arc::new(store) as Arc<dyn FenceStore>
+    })
+    .await;
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_store_keeps_the_intent_contract() {
+    let schema = unique_schema();
+    let store = Arc::new(PostgresStore::open(&config(&schema)).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL at {TEST_POSTGRES_URL} is required (scripts/ensure-services.sh starts it): {e}")
+    }));
+    support::intent_contract::keeps_the_intent_contract(Arc::clone(&store) as Arc<dyn IntentStore>)
+        .await;
+    store.close().await.unwrap();
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn duplicates_on_two_replicas_start_one_attempt() {
+    let schema = unique_schema();
+    let open = || async {
+        Arc::new(PostgresStore::open(&config(&schema)).await.unwrap_or_else(|e| {
+            panic!("PostgreSQL at {TEST_POSTGRES_URL} is required (scripts/ensure-services.sh starts it): {e}")
+        }))
+    };
+    let replicas = [open().await, open().await];
+    let attempts = (0..32).map(|n| {
+        let store = Arc::clone(&replicas[n % 2]);
+        tokio::spawn(async move {
+            store
+                .begin(BeginRequest {
+                    key: "twice:1".to_owned(),
+                    route: "payouts".to_owned(),
+                    fence: 3,
+                    fingerprint: "fp".to_owned(),
+                    attempt: format!("attempt-{n}"),
+                    attempt_expires_ms: 61_000,
+                    now_ms: 1_000,
+                    expires_ms: 86_401_000,
+                })
+                .await
+                .unwrap()
+        })
+    });
+    // Spawn them all before awaiting any: a lazy iterator would run them one after another.
+    let attempts: Vec<_> = attempts.collect();
+    let mut fresh = 0;
+    for attempt in attempts {
+        match attempt.await.unwrap() {
+            Begun::Fresh => fresh += 1,
+            Begun::InFlight { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(fresh, 1, "exactly one replica may call the provider");
+    for replica in &replicas {
+        replica.close().await.unwrap();
+    }
+    drop_schema(&schema).await;
+}
+
+#[tokio::test]
+async fn migrating_twice_is_harmless_and_an_unreachable_server_is_a_clear_error() {
+    let schema = unique_schema();
+    fencegate::store::migrate_postgres(&config(&schema))
+        .await
+        .expect("first migration");
+    fencegate::store::migrate_postgres(&config(&schema))
+        .await
+        .expect("second migration is a no-op");
+    drop_schema(&schema).await;
+
+    let mut unreachable = config(&schema);
+    unreachable.url = format!(
+        "postgres://app:hunter2@{}/test",
+        support::process::free_port()
+    );
+    let error = PostgresStore::open(&unreachable)
+        .await
+        .err()
+        .expect("no server there")
+        .to_string();
+    assert!(error.contains("cannot connect"), "{error}");
+    assert!(
+        !error.contains("hunter2"),
+        "the password must not appear in errors: {error}"
+    );
+}
+
+/// Each runtime thread batches its advances on connections of its own; the statement's row lock
+/// keeps one key's advances from several threads consistent (I1 under `strict`: the accepted
+/// tokens form one increasing chain), and a closed store refuses on every thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batchers_on_several_threads_keep_one_keys_marks_consistent() {
+    let schema = unique_schema();
+    let store: Arc<dyn FenceStore> =
+        Arc::new(PostgresStore::open(&config(&schema)).await.unwrap_or_else(|e| {
+            panic!("PostgreSQL at {TEST_POSTGRES_URL} is required (scripts/ensure-services.sh starts it): {e}")
+        }));
+    support::contract::advances_from_many_tasks_form_one_chain(
+        Arc::clone(&store),
+        "shared",
+        8,
+        100,
+    )
+    .await;
+    support::contract::closed_store_refuses_on_every_thread(store, "shared").await;
+    drop_schema(&schema).await;
+}

@@ -56,7 +56,7 @@ const HTTP2_MAX_SEND_BUFFER: usize = 64 * 1024;
 /// so a connection flood cannot make the refusals themselves pile up.
 const MAX_CONCURRENT_REFUSALS: usize = 64;
 /// The number of header fields hyper's HTTP/1 server accepts when given no limit of its own
-/// (`DEFAULT_MAX_HEADERS` in hyper 1.x); `tests/limits.rs` checks that 100 fields pass and 101
+/// (`DEFAULT_MAX_HEADERS` in hyper 1.x); `tests/gateway/limits.rs` checks that 100 fields pass and 101
 /// are refused under the default configuration.
 const HYPER_MAX_HEADERS: usize = 100;
 

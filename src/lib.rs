@@ -8,10 +8,12 @@
 //!
 //! Following a request:
 //!
-//! - [`config`]: the TOML file's shape, loading and validation (`fencegate check-config`).
+//! - [`config`]: the TOML file's shape, as plain data, read and checked; [`compiled`]: that data
+//!   compiled once (the route table) for `check-config`, `serve` and every reload.
 //! - [`route`]: the canonical form of a request's path, method spellings and fenced method sets,
-//!   path patterns, resource-key templates and the compiled route table (which reads `;`
-//!   parameters and format suffixes every way an upstream might).
+//!   path patterns, resource-key templates, and the compiled route table with each route's
+//!   settings (its upstream, its idempotency), reading `;` parameters and format suffixes every
+//!   way an upstream might.
 //! - [`server`]: the listeners — HTTP/1.1 and h2c, header, stream and connection limits (a 503
 //!   refusal over `max_connections`), a timeout for every connection state, graceful drain on
 //!   shutdown; the admin listener's own cap.
@@ -19,24 +21,29 @@
 //! - [`budget`]: the process-wide budget for bodies held in memory (503 `memory-busy`).
 //! - [`request_id`]: `X-Request-Id` — kept from the client when sane, else generated; forwarded,
 //!   returned on every response and logged with every refusal.
-//! - [`gateway`]: the checks of a request's head (method, `Host`), the reserved `/_fencegate/`
-//!   endpoints (claiming), WebDAV destinations, and the request stack, assembled in one place:
-//!   routing → fence → idempotency → ordering gate → proxy.
-//! - [`fence`]: token parsing, signed tokens, `max_advance`, and the fence layer
-//!   (compare-and-advance before forwarding).
+//! - [`checks`]: the `Host` and WebDAV `Destination` of a request's head.
+//! - [`gateway`]: the reserved `/_fencegate/` endpoints (claiming), and the request stack,
+//!   assembled in one place: routing (which also decides who makes a write's advance) → fence →
+//!   idempotency → ordering gate → proxy.
+//! - [`token`]: fencing tokens as requests carry them, and the lock authority's signatures.
+//! - [`fence`]: `max_advance`, the one function that makes a write's compare-and-advance, and the
+//!   fence layer.
 //! - [`idempotency`]: stable idempotency keys and intent records for providers that cannot be
 //!   fenced.
 //! - [`gate`]: serialized generations — one forwarded write per key at a time (I4).
-//! - [`store`]: the `FenceStore` trait and its backends (embedded SQLite).
-//! - [`proxy`]: header rules (hop-by-hop, `Via`, `Forwarded`), upstream targets and forwarding.
-//! - [`error`] and [`problem`]: every failure as a typed error, answered as RFC 9457 problem details.
-//! - [`stats`]: per-route counters of fence outcomes.
-//! - [`metrics`]: the Prometheus registry and its text exposition.
-//! - [`reload`]: the route table in force, swapped atomically on SIGHUP or `POST /admin/reload`.
-//! - [`admin`]: the admin listener — metrics, health, marks, routes, intents.
-//! - [`app`]: wiring — opens the store, compiles routes, serves until shutdown.
-//! - [`logging`]: the log subscriber, text or JSON lines, with every value from a request
-//!   escaped.
+//! - [`store`]: the `FenceStore` trait, its backends (`embedded/`, `postgres/`, `redis/`), their
+//!   shared plumbing, and the guard the gateway puts in front of them.
+//! - [`proxy`]: header rules (hop-by-hop, `Via`, `Forwarded`), the stack's shared shapes and
+//!   forwarding.
+//! - [`embed`]: the fence as a tower layer for a service's own handlers, without the proxy.
+//!
+//! Shared by all of them, depending on none: [`body`] (the body types), [`extensions`] (what the
+//! layers hand each other in request extensions), [`problem`] (RFC 9457 documents). And around
+//! them: [`error`] (every failure as a kind in one table, answered as problem details),
+//! [`stats`] (per-route counters), [`metrics`] (the Prometheus registry), [`reload`] (the route
+//! table in force, swapped on SIGHUP or `POST /admin/reload`), [`admin`] (metrics, health, marks,
+//! routes, intents), [`app`] (one way to start: `App::build` → `serve`) and [`logging`] (text or
+//! JSON lines, with every value from a request escaped).
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -47,6 +54,7 @@ pub mod checks;
 pub mod compiled;
 pub mod config;
 pub mod descriptors;
+pub mod embed;
 pub mod error;
 pub mod extensions;
 pub mod fence;

@@ -55,16 +55,21 @@ impl Problem {
             + self.key.as_ref().map_or(0, String::len)
     }
 
-    /// The response carrying this document.
-    pub fn into_response(self) -> Response<ProxyBody> {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    /// The document as JSON.
+    pub fn to_json(&self) -> Vec<u8> {
         // Sized for the whole document up front: growing the buffer as serde_json writes cost
         // a fifth of a refusal's instructions (callgrind, stale-token refusals).
         let mut body = Vec::with_capacity(PROBLEM_BODY_BASE + self.text_len());
-        if serde_json::to_writer(&mut body, &self).is_err() {
+        if serde_json::to_writer(&mut body, self).is_err() {
             body = b"{}".to_vec();
         }
-        let mut response = Response::new(full_body(body));
+        body
+    }
+
+    /// The response carrying this document.
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = Response::new(full_body(self.to_json()));
         *response.status_mut() = status;
         response.headers_mut().insert(
             header::CONTENT_TYPE,

@@ -13,6 +13,7 @@ use http::{header, HeaderName, HeaderValue, Response};
 
 use crate::body::ProxyBody;
 use crate::checks::{DestinationRefusal, HostRefusal};
+use crate::problem::Problem;
 use crate::request_id::RequestId;
 use crate::route::{MethodRefusal, PathRefusal, RenderError};
 use crate::store::StoreError;
@@ -43,6 +44,8 @@ pub enum GatewayError {
     FencedCollection { fenced_route: String },
     #[error("the claim path names no valid resource key")]
     BadClaimKey,
+    #[error("the request names no resource key")]
+    NoResourceKey,
     #[error(
         "the request carries both Content-Length and Transfer-Encoding; its framing is ambiguous"
     )]
@@ -131,9 +134,9 @@ impl GatewayError {
             GatewayError::Destination(_) => K::InvalidDestination,
             GatewayError::FencedCollection { .. } => K::FencedCollection,
             GatewayError::AmbiguousFraming => K::AmbiguousFraming,
-            GatewayError::BadClaimKey | GatewayError::KeyUnavailable { .. } => {
-                K::InvalidResourceKey
-            }
+            GatewayError::BadClaimKey
+            | GatewayError::NoResourceKey
+            | GatewayError::KeyUnavailable { .. } => K::InvalidResourceKey,
             GatewayError::Token {
                 error: TokenError::Missing,
                 ..
@@ -263,6 +266,17 @@ impl RequestError {
     /// The one place a failure becomes an HTTP answer, logged once with the request's id.
     pub fn into_response(self, request_id: &RequestId) -> Response<ProxyBody> {
         self.log(request_id);
+        let (problem, extra) = self.answer();
+        let mut response = problem.into_response();
+        if let Some((name, value)) = extra {
+            response.headers_mut().insert(name, value);
+        }
+        response
+    }
+
+    /// The answer without its body type: the problem document and the one header it adds, if
+    /// any (`Retry-After`, `X-Fence-Current` or `Allow`).
+    pub fn answer(self) -> (Problem, Option<(HeaderName, HeaderValue)>) {
         let RequestError { error, route } = self;
         let kind = error.kind();
         let detail = match &route {
@@ -308,11 +322,7 @@ impl RequestError {
             }
             _ => {}
         }
-        let mut response = problem.into_response();
-        if let Some((name, value)) = extra {
-            response.headers_mut().insert(name, value);
-        }
-        response
+        (problem, extra)
     }
 
     fn log(&self, request_id: &RequestId) {

@@ -3,7 +3,7 @@
 //! tokens, the admin listener, a failing store) and the I1 history check on one gateway. None of
 //! these needs PostgreSQL, Redis or a framework upstream.
 //!
-//! One test binary for all of them (issue 19): each links the whole crate. The modules share no
+//! One test binary for all of them: each links the whole crate. The modules share no
 //! process-wide state: every gateway has its own temporary directory and listens on port 0.
 
 #[path = "../support/mod.rs"]
@@ -12,6 +12,7 @@ mod support;
 mod admin;
 mod claim;
 mod concurrency;
+mod embedded_layer;
 mod fence_outcomes;
 mod forwarding;
 mod limits;

@@ -3,7 +3,7 @@
 //! store connection does not end, the ordering gate's lock on PostgreSQL, and the fault matrix
 //! (store, upstream and `kill -9` faults on every backend, each cell checking I1, I2, I5 and I7).
 //!
-//! One test binary for all of them (issue 19): each links the whole crate. Every test has a
+//! One test binary for all of them: each links the whole crate. Every test has a
 //! schema or key prefix of its own and picks free ports. `serialized_history` opens the most
 //! PostgreSQL connections of any test (about 35 for one of its tests, three processes and its
 //! lease pool), so the other many-connection test, `replicas`, is in the `process` binary: two

@@ -3,7 +3,7 @@
 //! `prlimit` limits, and three replicas on one PostgreSQL schema or Redis prefix (the I1 history
 //! check across processes).
 //!
-//! One test binary for all of them (issue 19): each links the whole crate. The resource limits
+//! One test binary for all of them: each links the whole crate. The resource limits
 //! (`prlimit --as`, `--nofile`) are set on the child only, never on this process, and the memory
 //! checks read the child's `/proc/PID/status`, so they do not depend on what else runs here.
 //! `replicas` is here, not with `serialized_history` in `histories`: each opens 25 to 35

@@ -2,7 +2,7 @@
 //! 127.0.0.1:6379): their contracts, the cross-replica gate driven directly, idempotency and
 //! waiting claims on each backend, and stores that fail, forget or are wiped.
 //!
-//! One test binary for all of them (issue 19): each links the whole crate. Every test works in a
+//! One test binary for all of them: each links the whole crate. Every test works in a
 //! PostgreSQL schema or Redis key prefix of its own (`support::postgres::unique_schema`,
 //! `support::redis::unique_prefix`) and removes only that, so tests of different modules never
 //! reset each other's data when they run at once.

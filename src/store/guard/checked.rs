@@ -54,6 +54,19 @@ impl CheckedStore {
         }
     }
 
+    /// A guard of its own around `backend`, for a service that embeds the fence
+    /// (the `embed` module): a cache of `cache_capacity` keys, trusted from the start (no adoption
+    /// record), metrics in a registry of its own.
+    pub fn standalone(backend: Arc<dyn FenceStore>, cache_capacity: usize) -> CheckedStore {
+        CheckedStore::new(
+            backend,
+            None,
+            Arc::new(MarkCache::new(cache_capacity)),
+            Arc::new(StoreTrust::default()),
+            Metrics::new(),
+        )
+    }
+
     /// Atomically compares `token` with `key`'s mark and raises it when the token passes: from
     /// the cache when it already refuses the token, else through the trusted backend.
     pub fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance> {

@@ -251,12 +251,15 @@ async fn lock_and_advance(
 ) -> Result<Entered, GatewayError> {
     let started = Instant::now();
     let Admission { key, token } = &admission;
+    // The mark known before the step: an answer below it means the store forgot. Read now, not
+    // when the answer comes: by then other requests of the key may have raised it.
+    let floor = store.known_mark(key);
     let made = |took| AdvanceMade {
         op: "gate_advance",
         key,
         token: *token,
         compare: route.fence.compare,
-        floor: store.known_mark(key),
+        floor,
         took,
     };
     let hold = turn_hold(route);

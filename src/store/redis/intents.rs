@@ -6,8 +6,10 @@ use std::collections::HashMap;
 
 use redis::{Cmd, RedisError, Script, Value};
 
+use super::command::Command;
+use super::error::wrap;
 use super::script::{server_answer, unexpected, DECIMAL_ORDER};
-use super::{wrap, Command, RedisStore};
+use super::RedisStore;
 use crate::store::intents::{
     decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
     StoredOutcome,

@@ -12,8 +12,11 @@ use std::sync::Arc;
 
 use redis::{Cmd, Script, Value};
 
+use super::command::Command;
+use super::error::wrap;
+use super::keys::{mark_key, store_id_key};
+use super::pool::WriterPool;
 use super::script::{server_answer, unexpected, DECIMAL_ORDER, IDENTITY_CHECK};
-use super::{store_id_key, wrap, Command, WriterPool};
 use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
 use crate::store::turns::{Renewal, TakeTurn, TurnStore};
 use crate::store::{StoreError, StoreFuture};
@@ -137,7 +140,7 @@ impl TurnStore for RedisTurns {
             let keys = [
                 store_id_key(&self.prefix),
                 self.turn_key(&take.key),
-                super::mark_key(&self.prefix, &take.key),
+                mark_key(&self.prefix, &take.key),
             ];
             let args = [
                 expected.as_deref().unwrap_or_default().to_owned(),

@@ -1,0 +1,175 @@
+//! `[[routes]]`: a route's path, upstream and limits, how its paths are read, and its
+//! `[routes.idempotency]` table; their defaults.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::fence::FenceConfig;
+use super::{byte_size, duration};
+
+/// How long a client may wait for the upstream's response head before it gets 504: long enough for a
+/// slow legacy service, short enough that a hung upstream does not pin connections for minutes.
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default header carrying the idempotency key (the IETF httpapi draft's name).
+pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
+/// How long outcomes are kept and replayed unless the route says otherwise (Stripe keeps 24 h).
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// Response bodies up to this size are stored for replay.
+pub const DEFAULT_MAX_STORED_BODY: usize = 64 * 1024;
+/// Request bodies up to this size are accepted on idempotent routes.
+pub const DEFAULT_MAX_REQUEST_BODY: usize = 1024 * 1024;
+/// Largest request body a route forwards unless it says otherwise (413 above): generous for API
+/// writes, small enough that one client cannot tie up the upstream with an endless upload.
+pub const DEFAULT_MAX_BODY: usize = 10 * 1024 * 1024;
+
+/// `[[routes]]`: one path pattern in front of one upstream.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    pub name: String,
+    pub path: String,
+    /// The fenced methods; absent: every method but GET, HEAD, OPTIONS and TRACE.
+    #[serde(default)]
+    pub methods: Option<Vec<String>>,
+    /// Compare the path's literal segments with the request's exactly; by default they compare
+    /// ASCII-case-insensitively (fencing a case-sensitive upstream more than needed is harmless).
+    #[serde(default)]
+    pub case_sensitive: bool,
+    /// A request path with `;` parameters on this route: refused, or stripped before matching
+    /// and forwarding.
+    #[serde(default)]
+    pub path_parameters: PathParameters,
+    /// A last path segment with a `.suffix` on this route (`/invoices/7.json`), which Rails and
+    /// older Spring read as a format of `/invoices/7`: refused, or read literally.
+    #[serde(default)]
+    pub format_suffix: FormatSuffix,
+    /// DELETE or MOVE of a path this `{*rest}` route matches, or MOVE/COPY onto one, which acts
+    /// on a whole collection when the path is one: refused, or allowed (the upstream has no
+    /// collections below this route).
+    #[serde(default)]
+    pub collection_writes: CollectionWrites,
+    pub upstream: String,
+    #[serde(default)]
+    pub resource_key: Option<String>,
+    #[serde(default = "default_upstream_timeout", with = "duration")]
+    pub timeout: Duration,
+    /// Keep the client's `Forwarded` / `X-Forwarded-*` headers and append to them (only behind a
+    /// trusted proxy); by default they are replaced.
+    #[serde(default)]
+    pub trust_forwarded: bool,
+    /// Send the client's `Host` upstream instead of the upstream's own authority.
+    #[serde(default)]
+    pub preserve_host: bool,
+    /// Largest request body forwarded; 413 above (at once when `Content-Length` says so).
+    #[serde(default = "default_max_body", with = "byte_size")]
+    pub max_body: usize,
+    /// Open connections to this route's upstream; the smallest of `[server]`'s and those of the
+    /// routes naming the same host and port applies.
+    #[serde(default)]
+    pub max_upstream_connections: Option<usize>,
+    #[serde(default)]
+    pub fence: FenceConfig,
+    /// Idempotency keys and intent records for a provider that cannot be fenced.
+    #[serde(default)]
+    pub idempotency: Option<IdempotencyConfig>,
+}
+
+/// `[routes.idempotency]`: the same key on every attempt, and a durable intent before the call.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdempotencyConfig {
+    /// The header the provider expects.
+    #[serde(default = "default_idempotency_header")]
+    pub header: String,
+    /// Template of the key: `{resource_key}`, `{method}`, `{route}`, path segments, `{header:..}`,
+    /// `{query:..}`. Never the fence, the holder or the time: every attempt sends the same key.
+    pub key: String,
+    /// Name of an environment variable holding a secret: send HMAC-SHA256(secret, key) instead.
+    #[serde(default)]
+    pub hmac_secret_env: Option<String>,
+    #[serde(default)]
+    pub client_key: ClientKey,
+    /// How long outcomes are kept and replayed.
+    #[serde(default = "default_retention", with = "duration")]
+    pub retention: Duration,
+    /// Largest response body stored for replay; longer ones are stored without their body.
+    #[serde(default = "default_max_stored_body", with = "byte_size")]
+    pub max_stored_body: usize,
+    /// Largest request body accepted (it is read whole to fingerprint the request); 413 above.
+    #[serde(default = "default_max_request_body", with = "byte_size")]
+    pub max_request_body: usize,
+    /// Response headers stored and replayed with the outcome.
+    #[serde(default = "default_stored_headers")]
+    pub stored_headers: Vec<String>,
+}
+
+/// What happens to an idempotency key the client sent itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientKey {
+    /// Ignore it and send the derived key.
+    #[default]
+    Replace,
+    /// Use the client's key when it sent one, else the derived key.
+    Keep,
+    /// The client must send one (400 otherwise); it is used as is.
+    Require,
+}
+
+/// What a route does with `;` path parameters, which Tomcat and Spring strip before routing while
+/// other upstreams keep them as part of the segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PathParameters {
+    /// 400 `invalid-path` when the route guards the request's method.
+    #[default]
+    Refuse,
+    /// Remove every segment's parameters, then match, key and forward the path without them.
+    Strip,
+}
+
+/// What a route does with a `.suffix` in a request's last path segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatSuffix {
+    /// 400 `invalid-path` when the route guards the method and the path without the suffix is
+    /// another resource of a guarded route.
+    #[default]
+    Refuse,
+    /// The suffix is part of the segment (file names, dotted identifiers).
+    Literal,
+}
+
+/// What a `{*rest}` route does with writes that may act on a whole collection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CollectionWrites {
+    /// 403 `fenced-collection`: each resource below has a key of its own.
+    #[default]
+    Refuse,
+    /// The upstream has no collections below this route.
+    Allow,
+}
+
+fn default_max_body() -> usize {
+    DEFAULT_MAX_BODY
+}
+fn default_upstream_timeout() -> Duration {
+    DEFAULT_UPSTREAM_TIMEOUT
+}
+fn default_idempotency_header() -> String {
+    DEFAULT_IDEMPOTENCY_HEADER.to_owned()
+}
+fn default_retention() -> Duration {
+    DEFAULT_RETENTION
+}
+fn default_max_stored_body() -> usize {
+    DEFAULT_MAX_STORED_BODY
+}
+fn default_max_request_body() -> usize {
+    DEFAULT_MAX_REQUEST_BODY
+}
+fn default_stored_headers() -> Vec<String> {
+    vec!["content-type".to_owned(), "location".to_owned()]
+}

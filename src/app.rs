@@ -54,8 +54,10 @@ pub struct App {
     routes: Arc<RouteSource>,
     /// The file the configuration came from, for reloads.
     config_path: Option<std::path::PathBuf>,
+    /// The store as opened: only adoption and the identity watch talk to it directly.
     backend: Arc<dyn FenceStore>,
-    store: Arc<CheckedStore>,
+    /// The same store behind the gateway's cache and trust check: what every layer uses.
+    guarded: Arc<CheckedStore>,
     cache: Arc<MarkCache>,
     trust: Arc<StoreTrust>,
     gates: Gates,
@@ -158,7 +160,7 @@ impl App {
             upstream_slots,
             body_timeout: config.server.body_timeout,
         };
-        let store = Arc::new(CheckedStore::new(
+        let guarded = Arc::new(CheckedStore::new(
             Arc::clone(&backend),
             combined,
             Arc::clone(&cache),
@@ -170,7 +172,7 @@ impl App {
             routes: Arc::new(RouteSource::new(routes)),
             config_path: None,
             backend,
-            store,
+            guarded,
             cache,
             trust,
             gates,
@@ -190,7 +192,7 @@ impl App {
 
     /// The store as the gateway uses it (behind the cache and the trust check).
     pub fn store(&self) -> Arc<CheckedStore> {
-        Arc::clone(&self.store)
+        Arc::clone(&self.guarded)
     }
 
     /// The backend itself, without the gateway's cache and checks (for adopting it).
@@ -266,7 +268,7 @@ impl App {
         let state = crate::admin::AdminState {
             routes: Arc::clone(&self.routes),
             reloader: self.reloader(),
-            store: Arc::clone(&self.store),
+            store: Arc::clone(&self.guarded),
             intents: self.intents.clone(),
             trust: Arc::clone(&self.trust),
             metrics: Arc::clone(&self.metrics),
@@ -322,7 +324,7 @@ impl App {
         let gateway = || {
             Gateway::new(
                 Arc::clone(&self.routes),
-                Arc::clone(&self.store),
+                Arc::clone(&self.guarded),
                 self.intents.clone(),
                 self.gates.clone(),
                 Arc::clone(&self.metrics),
@@ -343,10 +345,10 @@ impl App {
         if let Some(admin) = admin {
             admin.abort();
         }
-        if let Some(shared) = &self.gates.shared {
-            shared.close().await;
+        if let Some(gate) = &self.gates.cross_replica {
+            gate.close().await;
         }
-        if let Err(e) = self.store.close().await {
+        if let Err(e) = self.guarded.close().await {
             tracing::warn!(error = %e, "closing the store failed");
         }
         // Last: pooled store connections opened while serving belong to the workers' runtimes.

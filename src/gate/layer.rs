@@ -14,7 +14,9 @@ use http_body_util::BodyExt as _;
 use tower::{Layer, Service};
 
 use super::read_ahead::{read_ahead, ReadAhead};
-use super::{Busy, GatedBody, Gates, LocalPass, SharedGate, SharedGateError, SharedPass};
+use super::{
+    Busy, CrossReplicaGate, CrossReplicaGateError, CrossReplicaPass, GatedBody, Gates, LocalPass,
+};
 use crate::budget::MemoryBudget;
 use crate::config::Ordering;
 use crate::error::GatewayError;
@@ -87,8 +89,8 @@ fn turn_hold(route: &CompiledRoute) -> Duration {
 
 /// Both gates of one forward, released together when the response body ends.
 struct Passes {
-    // Field order is drop order: the shared turn goes first, then waiters in this process run.
-    shared: Option<SharedPass>,
+    // Field order is drop order: the cross-replica turn goes first, then waiters in this process run.
+    cross_replica: Option<CrossReplicaPass>,
     _local: LocalPass,
 }
 
@@ -146,7 +148,11 @@ where
             } = entered?;
             if !checked {
                 let cached = || store.known_mark(&admission.key);
-                match recheck_source(passes.shared.as_ref(), passes._local.waited(), cached) {
+                match recheck_source(
+                    passes.cross_replica.as_ref(),
+                    passes._local.waited(),
+                    cached,
+                ) {
                     Recheck::Known(current) => superseded(current, &admission)?,
                     Recheck::AskStore => recheck(store.as_ref(), &route, &admission).await?,
                 }
@@ -156,7 +162,11 @@ where
             // under a cross-replica turn until shortly before the turn's deadline. On an upstream
             // error or timeout the passes drop here, after the upstream call (and with it its
             // connection) has been dropped.
-            let (response, until) = match passes.shared.as_ref().map(SharedPass::deadline) {
+            let (response, until) = match passes
+                .cross_replica
+                .as_ref()
+                .map(CrossReplicaPass::deadline)
+            {
                 None => (
                     inner.call(request).await?,
                     tokio::time::Instant::now() + route.timeout,
@@ -166,9 +176,9 @@ where
                         .await
                         .map_err(|_| GatewayError::TurnLapsed { key })??;
                     let renewed = passes
-                        .shared
+                        .cross_replica
                         .as_ref()
-                        .map_or(deadline, SharedPass::deadline);
+                        .map_or(deadline, CrossReplicaPass::deadline);
                     let until = renewed.checked_sub(READ_AHEAD_SLACK).unwrap_or(deadline);
                     (response, until)
                 }
@@ -181,7 +191,7 @@ where
                 Ok(ReadAhead::Partial(body)) => body,
                 Err(_) => return Err(GatewayError::UpstreamBodyFailed {}),
             };
-            let body = match passes.shared.as_ref().map(SharedPass::watch) {
+            let body = match passes.cross_replica.as_ref().map(CrossReplicaPass::watch) {
                 Some(watch) => GatedBody::watched(body, watch, passes).boxed(),
                 None => GatedBody::new(body, passes).boxed(),
             };
@@ -203,7 +213,7 @@ struct Entered {
     passes: Passes,
     admission: Admission,
     /// Whether its token was compared with the key's mark after it entered (its advance was made
-    /// under the key's lock), so no re-check is due.
+    /// under the key's turn), so no re-check is due.
     checked: bool,
 }
 
@@ -217,20 +227,20 @@ enum LocalTurn {
     Taken(LocalPass),
 }
 
-/// The advance routing left to the gate. A key open in this process is locked and advanced in
-/// one lock-holder statement, so its token is compared with the mark under the key's lock. A key
-/// busy here is advanced at once, as the fence would have, then waits for its turn and is
-/// re-checked like any admitted request: a newer token arriving while it waits still supersedes
-/// it.
+/// The advance routing left to the gate. A key open in this process has its cross-replica turn
+/// taken and its mark advanced in one store step, so its token is compared with the mark under
+/// the turn. A key busy here is advanced at once, as the fence would have, then waits for its
+/// turn and is re-checked like any admitted request: a newer token arriving while it waits still
+/// supersedes it.
 async fn advance_and_enter(
     gates: &Gates,
     route: &CompiledRoute,
     admission: Admission,
     store: &CheckedStore,
 ) -> Result<Entered, GatewayError> {
-    let local = match (&gates.shared, gates.local.try_enter(&admission.key)) {
-        (Some(shared), Ok(local)) => {
-            return lock_and_advance(shared, local, route, admission, store).await
+    let local = match (&gates.cross_replica, gates.local.try_enter(&admission.key)) {
+        (Some(gate), Ok(local)) => {
+            return lock_and_advance(gate, local, route, admission, store).await
         }
         (None, Ok(local)) => LocalTurn::Taken(local),
         (_, Err(busy)) => LocalTurn::Busy(busy),
@@ -243,7 +253,7 @@ async fn advance_and_enter(
 /// `store_timeout`, like any advance). A key another replica holds is waited for (bounded by
 /// `gate_timeout`) and then advanced under its turn.
 async fn lock_and_advance(
-    shared: &SharedGate,
+    gate: &CrossReplicaGate,
     local: LocalPass,
     route: &CompiledRoute,
     admission: Admission,
@@ -265,7 +275,7 @@ async fn lock_and_advance(
     let hold = turn_hold(route);
     // The one step that may not compare at all: when another replica holds the key's turn, it
     // takes nothing and advances nothing.
-    let tried = bounded(route, shared.try_enter_and_advance(key, *token, hold)).await;
+    let tried = bounded(route, gate.try_enter_and_advance(key, *token, hold)).await;
     let (pass, advanced) = match tried {
         Ok(Ok(Some((pass, replaced)))) => {
             let settled = store.settle_advance(made(started.elapsed()), Ok(replaced));
@@ -273,10 +283,10 @@ async fn lock_and_advance(
         }
         Ok(Ok(None)) => {
             let left = route.fence.gate_timeout.saturating_sub(started.elapsed());
-            let pass = shared
+            let pass = gate
                 .enter(key, left, hold)
                 .await
-                .map_err(|error| shared_gate_error(route, key, error))?;
+                .map_err(|error| cross_replica_error(route, key, error))?;
             advance(route, &admission, store).await?;
             (Some(pass), None)
         }
@@ -294,7 +304,7 @@ async fn lock_and_advance(
     ))?;
     Ok(Entered {
         passes: Passes {
-            shared: Some(pass),
+            cross_replica: Some(pass),
             _local: local,
         },
         admission,
@@ -324,19 +334,19 @@ async fn enter(
             .await
             .map_err(|_| timeout())?,
     };
-    let shared = match &gates.shared {
+    let cross_replica = match &gates.cross_replica {
         None => None,
-        Some(shared) => {
+        Some(gate) => {
             let left = wait.saturating_sub(started.elapsed());
-            match shared.enter(&admission.key, left, turn_hold(route)).await {
+            match gate.enter(&admission.key, left, turn_hold(route)).await {
                 Ok(pass) => Some(pass),
-                Err(error) => return Err(shared_gate_error(route, &admission.key, error)),
+                Err(error) => return Err(cross_replica_error(route, &admission.key, error)),
             }
         }
     };
     Ok(Entered {
         passes: Passes {
-            shared,
+            cross_replica,
             _local: local,
         },
         admission,
@@ -345,13 +355,17 @@ async fn enter(
 }
 
 /// The answer to a request the cross-replica gate did not let in.
-fn shared_gate_error(route: &CompiledRoute, key: &str, error: SharedGateError) -> GatewayError {
+fn cross_replica_error(
+    route: &CompiledRoute,
+    key: &str,
+    error: CrossReplicaGateError,
+) -> GatewayError {
     match error {
-        SharedGateError::Timeout(_) => GatewayError::GateTimeout {
+        CrossReplicaGateError::Timeout(_) => GatewayError::GateTimeout {
             key: key.to_owned(),
             after: route.fence.gate_timeout,
         },
-        SharedGateError::Store(source) => GatewayError::StoreFailed {
+        CrossReplicaGateError::Store(source) => GatewayError::StoreFailed {
             key: key.to_owned(),
             source,
         },
@@ -361,7 +375,7 @@ fn shared_gate_error(route: &CompiledRoute, key: &str, error: SharedGateError) -
 /// Where the re-check's mark comes from.
 #[derive(Debug, PartialEq, Eq)]
 enum Recheck {
-    /// Already known: the mark read under the PostgreSQL lock, or this process's cached mark.
+    /// Already known: the mark read under the cross-replica turn, or this process's cached mark.
     Known(Option<u64>),
     /// Read from the store.
     AskStore,
@@ -371,19 +385,19 @@ enum Recheck {
 ///
 /// - A cross-replica turn comes with the mark read once the turn was held: nothing newer can
 ///   have been admitted by any replica in between that the read missed.
-/// - A request that found its key open in this process and has no shared lock (Redis, the
+/// - A request that found its key open in this process and has no cross-replica turn (Redis, the
 ///   embedded store) uses the cached mark. Every admission in this process raises the cache
 ///   before its request reaches the gate, and its own admission put the key there; a newer token
 ///   admitted here since, even one already forwarded, is in the cache. Other replicas are not
-///   ordered against this one without a shared gate, so a store read would only narrow a race it
+///   ordered against this one without a cross-replica gate, so a store read would only narrow a race it
 ///   cannot close. A key no longer cached (evicted) is read from the store.
 /// - Otherwise (it waited for its turn in this process) the store is read.
 fn recheck_source(
-    shared: Option<&SharedPass>,
+    cross_replica: Option<&CrossReplicaPass>,
     waited: bool,
     cached: impl FnOnce() -> Option<u64>,
 ) -> Recheck {
-    if let Some(pass) = shared {
+    if let Some(pass) = cross_replica {
         return Recheck::Known(pass.mark_under_turn());
     }
     if waited {
@@ -430,7 +444,7 @@ mod tests {
 
     #[test]
     fn the_store_is_asked_only_after_a_wait_or_for_a_key_no_longer_cached() {
-        // Open key, no shared gate, cached: the cache answers.
+        // Open key, no cross-replica gate, cached: the cache answers.
         assert_eq!(
             recheck_source(None, false, || Some(7)),
             Recheck::Known(Some(7))

@@ -1,19 +1,19 @@
 //! Serialized generations (I4): at most one forwarded write per resource key in flight to the
-//! upstream, in admission order. `local.rs` orders one process; `shared.rs` extends the order
+//! upstream, in admission order. `local.rs` orders one process; `cross_replica.rs` extends the order
 //! across replicas through key turns leased in the store; `layer.rs` puts the gate on the request
 //! path, `read_ahead.rs` ends a turn once the upstream is done, and `body.rs` holds it while a
 //! response too long to read ahead is streamed.
 
 mod body;
+mod cross_replica;
 mod layer;
 mod local;
 mod read_ahead;
-mod shared;
 
 pub use body::GatedBody;
+pub use cross_replica::{CrossReplicaGate, CrossReplicaGateError, CrossReplicaPass, TurnWatch};
 pub use layer::{Gate, GateLayer};
 pub use local::{Busy, LocalGate, LocalPass};
-pub use shared::{SharedGate, SharedGateError, SharedPass, TurnWatch};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +25,7 @@ use crate::store::TurnStore;
 #[derive(Clone)]
 pub struct Gates {
     pub local: Arc<LocalGate>,
-    pub shared: Option<Arc<SharedGate>>,
+    pub cross_replica: Option<Arc<CrossReplicaGate>>,
 }
 
 impl Gates {
@@ -34,7 +34,7 @@ impl Gates {
     pub fn new(turns: Option<Arc<dyn TurnStore>>, margin: Duration) -> Gates {
         Gates {
             local: Arc::new(LocalGate::default()),
-            shared: turns.map(|turns| Arc::new(SharedGate::new(turns, margin))),
+            cross_replica: turns.map(|turns| Arc::new(CrossReplicaGate::new(turns, margin))),
         }
     }
 
@@ -48,15 +48,19 @@ impl Gates {
     /// (in this process, then across replicas) and gives it back at once. A claim does this
     /// after raising the mark, so its answer means no older generation reaches the upstream
     /// later (those still queued are refused by their re-check).
-    pub async fn wait_for_turn(&self, key: &str, wait: Duration) -> Result<(), SharedGateError> {
+    pub async fn wait_for_turn(
+        &self,
+        key: &str,
+        wait: Duration,
+    ) -> Result<(), CrossReplicaGateError> {
         let started = std::time::Instant::now();
         let local = tokio::time::timeout(wait, self.local.enter(key))
             .await
-            .map_err(|_| SharedGateError::Timeout(wait))?;
-        if let Some(shared) = &self.shared {
+            .map_err(|_| CrossReplicaGateError::Timeout(wait))?;
+        if let Some(gate) = &self.cross_replica {
             let left = wait.saturating_sub(started.elapsed());
             // Nothing is forwarded under this turn: it is held for one store round.
-            let pass = shared.enter(key, left, CLAIM_HOLD).await?;
+            let pass = gate.enter(key, left, CLAIM_HOLD).await?;
             drop(pass);
         }
         drop(local);

@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::config::{Compare, FenceMode, Ordering, DEFAULT_STORE_TIMEOUT};
 use crate::error::{GatewayError, RequestError};
 use crate::fence::{check_max_advance, read_fence_header, SignatureError, SignatureKey};
-use crate::gate::{Gates, SharedGateError};
+use crate::gate::{CrossReplicaGateError, Gates};
 use crate::proxy::{full_body, ProxyBody};
 use crate::reload::RouteSource;
 use crate::route::{CompiledRoute, RouteTable, MAX_RESOURCE_KEY_LEN, RESERVED_PREFIX};
@@ -145,11 +145,11 @@ impl Claim {
         };
         match self.gates.wait_for_turn(key, wait).await {
             Ok(()) => Ok(()),
-            Err(SharedGateError::Timeout(after)) => Err(GatewayError::GateTimeout {
+            Err(CrossReplicaGateError::Timeout(after)) => Err(GatewayError::GateTimeout {
                 key: key.to_owned(),
                 after,
             }),
-            Err(SharedGateError::Store(source)) => Err(GatewayError::StoreFailed {
+            Err(CrossReplicaGateError::Store(source)) => Err(GatewayError::StoreFailed {
                 key: key.to_owned(),
                 source,
             }),

@@ -78,7 +78,7 @@ impl Gateway {
             .layer(RoutingLayer::new(
                 Arc::clone(&routes),
                 Arc::clone(&metrics),
-                gates.shared.is_some(),
+                gates.cross_replica.is_some(),
             ))
             // Before anything can reach the upstream: refuse stale generations (I1, I2).
             .layer(FenceLayer::new(Arc::clone(&store)))

@@ -179,7 +179,7 @@ pub enum StoreError {
 
 impl StoreError {
     /// The same error again, for each caller of a batch that failed as one.
-    pub fn shared(&self) -> StoreError {
+    pub fn again(&self) -> StoreError {
         match self {
             StoreError::Backend { backend, source } => StoreError::Backend {
                 backend,

@@ -1,4 +1,4 @@
-//! The cross-replica gate (`SharedGate`) over the key turns of PostgreSQL and Redis, driven
+//! The cross-replica gate (`CrossReplicaGate`) over the key turns of PostgreSQL and Redis, driven
 //! directly: two gates on one store stand for two replicas, one of them behind a relay the test
 //! can cut. A held turn keeps the other replica out until released; a lost store connection frees
 //! nothing; a turn never released lapses by its lease on the store's clock, not before; a take
@@ -16,7 +16,7 @@ use fencegate::config::{
     PostgresStoreConfig, RedisStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
     DEFAULT_POSTGRES_BATCHES_IN_FLIGHT, DEFAULT_TURN_MARGIN,
 };
-use fencegate::gate::{SharedGate, SharedGateError, SharedPass};
+use fencegate::gate::{CrossReplicaGate, CrossReplicaGateError, CrossReplicaPass};
 use fencegate::proxy::full_body;
 use fencegate::store::{FenceStore, PostgresStore, RedisStore, StoreError, TakeTurn, TurnStore};
 
@@ -44,7 +44,7 @@ struct Namespace {
 struct Replica {
     store: Arc<dyn FenceStore>,
     turns: Arc<dyn TurnStore>,
-    gate: SharedGate,
+    gate: CrossReplicaGate,
 }
 
 impl Namespace {
@@ -91,7 +91,7 @@ impl Namespace {
                 (Arc::new(store), turns)
             }
         };
-        let gate = SharedGate::new(Arc::clone(&turns), margin);
+        let gate = CrossReplicaGate::new(Arc::clone(&turns), margin);
         Replica { store, turns, gate }
     }
 
@@ -133,7 +133,7 @@ async fn enter(
     replica: &Replica,
     key: &str,
     wait: Duration,
-) -> Result<SharedPass, SharedGateError> {
+) -> Result<CrossReplicaPass, CrossReplicaGateError> {
     replica.gate.enter(key, wait, HOLD).await
 }
 
@@ -141,7 +141,7 @@ async fn enter(
 async fn gets_in(replica: &Replica, key: &str, wait: Duration) -> bool {
     match enter(replica, key, wait).await {
         Ok(_) => true,
-        Err(SharedGateError::Timeout(_)) => false,
+        Err(CrossReplicaGateError::Timeout(_)) => false,
         Err(e) => panic!("entering the gate failed: {e}"),
     }
 }

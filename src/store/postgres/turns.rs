@@ -380,7 +380,7 @@ impl HolderTask {
                 self.release_failed = true;
                 // A take that may have been made is released by its caller.
                 for reply in takes.replies {
-                    let _ = reply.send(Err(error.shared()));
+                    let _ = reply.send(Err(error.again()));
                 }
                 return;
             }

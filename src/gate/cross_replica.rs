@@ -22,9 +22,9 @@ const RENEW_TIMEOUT: Duration = Duration::from_secs(2);
 const FIRST_RETRY: Duration = Duration::from_millis(2);
 const LONGEST_RETRY: Duration = Duration::from_millis(50);
 
-/// Why the shared gate was not entered.
+/// Why the cross-replica gate was not entered.
 #[derive(Debug, thiserror::Error)]
-pub enum SharedGateError {
+pub enum CrossReplicaGateError {
     #[error("the key's gate stayed closed for {0:?}")]
     Timeout(Duration),
     #[error(transparent)]
@@ -33,7 +33,7 @@ pub enum SharedGateError {
 
 type Watches = DashMap<u64, Arc<TurnWatch>>;
 
-pub struct SharedGate {
+pub struct CrossReplicaGate {
     turns: Arc<dyn TurnStore>,
     /// The next turn number of this replica.
     next_turn: AtomicU64,
@@ -44,7 +44,7 @@ pub struct SharedGate {
 }
 
 /// A key's turn, held. Dropping it releases the turn in the background.
-pub struct SharedPass {
+pub struct CrossReplicaPass {
     watch: Arc<TurnWatch>,
     /// The key's mark as found once the turn was held (before the take's own advance).
     mark: Option<u64>,
@@ -65,12 +65,12 @@ pub struct TurnWatch {
     lapsed: AtomicBool,
 }
 
-impl SharedGate {
+impl CrossReplicaGate {
     /// Starts the keeper on the calling runtime.
-    pub fn new(turns: Arc<dyn TurnStore>, margin: Duration) -> SharedGate {
+    pub fn new(turns: Arc<dyn TurnStore>, margin: Duration) -> CrossReplicaGate {
         let watches = Arc::new(Watches::new());
         let keeper = tokio::spawn(keep(Arc::clone(&turns), Arc::clone(&watches)));
-        SharedGate {
+        CrossReplicaGate {
             turns,
             next_turn: AtomicU64::new(1),
             margin,
@@ -86,7 +86,7 @@ impl SharedGate {
         key: &str,
         wait: Duration,
         hold: Duration,
-    ) -> Result<SharedPass, SharedGateError> {
+    ) -> Result<CrossReplicaPass, CrossReplicaGateError> {
         let entering = async {
             let mut pause = FIRST_RETRY;
             loop {
@@ -99,7 +99,7 @@ impl SharedGate {
         };
         match tokio::time::timeout(wait, entering).await {
             Ok(entered) => entered,
-            Err(_) => Err(SharedGateError::Timeout(wait)),
+            Err(_) => Err(CrossReplicaGateError::Timeout(wait)),
         }
     }
 
@@ -111,7 +111,7 @@ impl SharedGate {
         key: &str,
         token: u64,
         hold: Duration,
-    ) -> Result<Option<(SharedPass, Option<u64>)>, StoreError> {
+    ) -> Result<Option<(CrossReplicaPass, Option<u64>)>, StoreError> {
         self.take(key, Some(token), hold).await
     }
 
@@ -122,7 +122,7 @@ impl SharedGate {
         key: &str,
         advance: Option<u64>,
         hold: Duration,
-    ) -> Result<Option<(SharedPass, Option<u64>)>, StoreError> {
+    ) -> Result<Option<(CrossReplicaPass, Option<u64>)>, StoreError> {
         let turn = self.next_turn.fetch_add(1, Ordering::Relaxed);
         let lease = hold + self.margin;
         let sent = Instant::now();
@@ -156,7 +156,7 @@ impl SharedGate {
             lapsed: AtomicBool::new(false),
         });
         self.watches.insert(turn, Arc::clone(&watch));
-        let pass = SharedPass {
+        let pass = CrossReplicaPass {
             watch,
             mark,
             turns: Arc::clone(&self.turns),
@@ -174,7 +174,7 @@ impl SharedGate {
     }
 }
 
-impl Drop for SharedGate {
+impl Drop for CrossReplicaGate {
     fn drop(&mut self) {
         self.keeper.abort();
     }
@@ -198,7 +198,7 @@ impl Drop for Unanswered<'_> {
     }
 }
 
-impl SharedPass {
+impl CrossReplicaPass {
     /// The key's mark as read once the turn was held.
     pub fn mark_under_turn(&self) -> Option<u64> {
         self.mark
@@ -215,7 +215,7 @@ impl SharedPass {
     }
 }
 
-impl Drop for SharedPass {
+impl Drop for CrossReplicaPass {
     fn drop(&mut self) {
         self.watches.remove(&self.watch.turn);
         self.turns

@@ -1,6 +1,6 @@
 //! Serialized routes on PostgreSQL, where the ordering gate makes the fence's compare-and-advance
-//! in the statement that takes the key's cross-replica lock: a token the gateway's cache cannot
-//! refuse (a newer one went through another replica) is refused under the lock and never
+//! in the statement that takes the key's cross-replica turn: a token the gateway's cache cannot
+//! refuse (a newer one went through another replica) is refused under the turn and never
 //! forwarded; a request that queued behind a busy key is still superseded by a newer token that
 //! arrives while it waits. Real gateway processes on one PostgreSQL schema.
 //! PostgreSQL must be running on 127.0.0.1:5432: these tests fail, never skip, when it is not.
@@ -62,8 +62,14 @@ async fn a_token_below_another_replicas_admission_is_refused_under_the_lock() {
             .find_map(|l| l.strip_prefix(line.as_str()))
             .map(|v| v.trim().parse::<u64>().unwrap())
     };
-    assert_eq!(count("gate_advance"), Some(3), "{metrics}");
-    assert_eq!(count("advance"), None);
+    // Three advances, all made by a's gate (which layer advances is routing's decision, checked
+    // in `gateway::routing`'s unit test): 5 and 8 in the statement that takes the key's turn, and
+    // 6 the same way unless b's turn was still held (its release is batched), when a waits for
+    // the turn and then advances under it with the plain call, counted as `advance`.
+    let under_turn = count("gate_advance").unwrap_or(0);
+    let after_wait = count("advance").unwrap_or(0);
+    assert!(under_turn >= 2, "{metrics}");
+    assert_eq!(under_turn + after_wait, 3, "{metrics}");
     drop((a, b));
     drop_schema(&schema).await;
 }

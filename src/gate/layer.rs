@@ -21,7 +21,7 @@ use crate::budget::MemoryBudget;
 use crate::config::Ordering;
 use crate::error::GatewayError;
 use crate::extensions::{Admission, AdvanceBy};
-use crate::fence::{advance, bounded, judge};
+use crate::fence::{advance, bounded, judge, make_advance};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RouteMatch};
@@ -287,7 +287,9 @@ async fn lock_and_advance(
                 .enter(key, left, hold)
                 .await
                 .map_err(|error| cross_replica_error(route, key, error))?;
-            advance(route, &admission, store).await?;
+            let call =
+                store.advance_as("gate_advance_after_wait", key, *token, route.fence.compare);
+            make_advance(route, &admission, async { Ok((call.await?, ())) }).await?;
             (Some(pass), None)
         }
         Ok(Err(source)) => {

@@ -70,6 +70,17 @@ impl CheckedStore {
     /// Atomically compares `token` with `key`'s mark and raises it when the token passes: from
     /// the cache when it already refuses the token, else through the trusted backend.
     pub fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance> {
+        self.advance_as("advance", key, token, compare)
+    }
+
+    /// [`advance`](CheckedStore::advance), counted in the store metrics under `op`.
+    pub fn advance_as(
+        &self,
+        op: &'static str,
+        key: &str,
+        token: u64,
+        compare: Compare,
+    ) -> StoreFuture<'_, Advance> {
         let key = key.to_owned();
         Box::pin(async move {
             if let Some(current) = self.cache.refuses(&key, token, compare) {
@@ -77,7 +88,8 @@ impl CheckedStore {
             }
             self.trust.check()?;
             let floor = self.cache.get(&key);
-            let outcome = self.noticed(self.inner.advance(&key, token, compare).await)?;
+            let answer = self.inner.advance_as(op, &key, token, compare).await;
+            let outcome = self.noticed(answer)?;
             self.settle(&key, token, floor, outcome)?;
             Ok(outcome)
         })

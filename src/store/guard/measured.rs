@@ -46,9 +46,24 @@ impl Measured {
     }
 }
 
+impl Measured {
+    /// The backend's advance, counted under `op` (the ordering gate's advance after waiting for
+    /// a key's turn is told apart from the fence's own).
+    pub fn advance_as(
+        &self,
+        op: &'static str,
+        key: &str,
+        token: u64,
+        compare: Compare,
+    ) -> StoreFuture<'_, Advance> {
+        let call = self.inner.advance(key, token, compare);
+        Box::pin(self.time(op, call))
+    }
+}
+
 impl FenceStore for Measured {
     fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance> {
-        Box::pin(self.time("advance", self.inner.advance(key, token, compare)))
+        self.advance_as("advance", key, token, compare)
     }
 
     fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>> {

@@ -35,6 +35,8 @@
 //!   shared plumbing, and the guard the gateway puts in front of them.
 //! - [`proxy`]: header rules (hop-by-hop, `Via`, `Forwarded`), the stack's shared shapes and
 //!   forwarding.
+//! - [`tls`]: PEM files, the listeners' reloadable TLS settings, upstream TLS, and why a
+//!   handshake with an upstream failed.
 //! - [`embed`]: the fence as a tower layer for a service's own handlers, without the proxy.
 //!
 //! Shared by all of them, depending on none: [`body`] (the body types), [`extensions`] (what the
@@ -71,6 +73,7 @@ pub mod route;
 pub mod server;
 pub mod stats;
 pub mod store;
+pub mod tls;
 pub mod token;
 
 pub use app::{App, StartError};

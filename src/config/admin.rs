@@ -25,6 +25,9 @@ pub struct AdminConfig {
     /// connection timeouts apply here too.
     #[serde(default = "default_admin_max_connections")]
     pub max_connections: usize,
+    /// Serve the admin API over TLS (HTTP/1.1 only).
+    #[serde(default)]
+    pub tls: Option<super::ListenerTlsConfig>,
 }
 
 fn default_admin_max_connections() -> usize {

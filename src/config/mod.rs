@@ -1,7 +1,7 @@
 //! The configuration file's shape: what an operator may write, with defaults, exactly as it
 //! deserializes from TOML. Loading and validation live in `load.rs`; durations in `duration.rs`.
 //! One file per table: `server.rs`, `store.rs`, `route.rs` (with `[routes.idempotency]`),
-//! `fence.rs` (`[routes.fence]`), `admin.rs`; `Config`, the whole file, here.
+//! `fence.rs` (`[routes.fence]`), `admin.rs`, `tls.rs` (every TLS table); `Config`, the whole file, here.
 
 mod admin;
 mod byte_size;
@@ -12,6 +12,7 @@ mod load;
 mod route;
 mod server;
 mod store;
+mod tls;
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_MAX_CONNECTIONS};
 pub use error::ConfigError;
@@ -22,7 +23,7 @@ pub use fence::{
 };
 pub use load::{load_file, parse_str};
 pub use route::{
-    ClientKey, CollectionWrites, FormatSuffix, IdempotencyConfig, PathParameters, RouteConfig,
+    ClientKey, CollectionWrites, FormatSuffix, IdempotencyConfig, KeyFormat, PathParameters, RouteConfig,
     DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_BODY, DEFAULT_MAX_REQUEST_BODY,
     DEFAULT_MAX_STORED_BODY, DEFAULT_RETENTION, DEFAULT_UPSTREAM_TIMEOUT,
 };
@@ -40,6 +41,8 @@ pub use store::{
     DEFAULT_POSTGRES_BATCHES_IN_FLIGHT, DEFAULT_POSTGRES_MAX_CONNECTIONS, DEFAULT_POSTGRES_SCHEMA,
     DEFAULT_REDIS_KEY_PREFIX, DEFAULT_TURN_MARGIN,
 };
+
+pub use tls::{ListenerTlsConfig, UpstreamTlsConfig, DEFAULT_TLS_HANDSHAKE_TIMEOUT};
 
 use serde::Deserialize;
 

@@ -50,6 +50,17 @@ pub struct RouteConfig {
     #[serde(default)]
     pub collection_writes: CollectionWrites,
     pub upstream: String,
+    /// TLS to an `https://` upstream: trusted CAs, the verified name, a client certificate.
+    #[serde(default)]
+    pub upstream_tls: Option<super::UpstreamTlsConfig>,
+    /// Headers set on every request to the upstream, replacing any the client sent. A value may
+    /// name environment variables as `${NAME}`, read once at start (credentials the clients never
+    /// hold); the values are never logged.
+    #[serde(default)]
+    pub upstream_headers: std::collections::BTreeMap<String, String>,
+    /// Response headers removed before the answer goes back to the client.
+    #[serde(default)]
+    pub strip_response_headers: Vec<String>,
     #[serde(default)]
     pub resource_key: Option<String>,
     #[serde(default = "default_upstream_timeout", with = "duration")]
@@ -85,9 +96,19 @@ pub struct IdempotencyConfig {
     /// Template of the key: `{resource_key}`, `{method}`, `{route}`, path segments, `{header:..}`,
     /// `{query:..}`. Never the fence, the holder or the time: every attempt sends the same key.
     pub key: String,
-    /// Name of an environment variable holding a secret: send HMAC-SHA256(secret, key) instead.
+    /// Name of an environment variable holding a secret: the key is then derived with
+    /// HMAC-SHA256(secret, rendered template) and encoded per `key_format`.
     #[serde(default)]
     pub hmac_secret_env: Option<String>,
+    /// How the key is written: the rendered template as is (`raw`), or a digest of it in `hex`,
+    /// `base64url` or as a `uuid`. Default: `hex` with a secret, `raw` without.
+    #[serde(default)]
+    pub key_format: Option<KeyFormat>,
+    /// The longest key the provider accepts. Digests are shortened to it (check-config refuses a
+    /// length that leaves fewer than 128 bits, and `uuid` below 36); a longer raw or client key is
+    /// refused with 400 before anything is recorded.
+    #[serde(default)]
+    pub max_key_length: Option<usize>,
     #[serde(default)]
     pub client_key: ClientKey,
     /// How long outcomes are kept and replayed.
@@ -102,6 +123,21 @@ pub struct IdempotencyConfig {
     /// Response headers stored and replayed with the outcome.
     #[serde(default = "default_stored_headers")]
     pub stored_headers: Vec<String>,
+}
+
+/// How a derived idempotency key is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyFormat {
+    /// The rendered template itself (`payout:7`); no secret.
+    Raw,
+    /// SHA-256 (HMAC-SHA256 with a secret) in lowercase hex: 64 characters.
+    Hex,
+    /// The same digest in unpadded base64url: 43 characters of `[A-Za-z0-9_-]`.
+    Base64url,
+    /// The digest's first 128 bits as a UUID in version-4 form (`xxxxxxxx-xxxx-4xxx-yxxx-…`):
+    /// name-based in fact, so every holder derives the same one.
+    Uuid,
 }
 
 /// What happens to an idempotency key the client sent itself.

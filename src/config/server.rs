@@ -112,6 +112,9 @@ pub struct ServerConfig {
     /// How long a request waits for room in that budget before 503 `memory-busy`.
     #[serde(default = "default_buffer_wait", with = "duration")]
     pub buffer_wait: Duration,
+    /// Terminate TLS on the listener (ALPN `h2` and `http/1.1`); absent: plain HTTP.
+    #[serde(default)]
+    pub tls: Option<super::ListenerTlsConfig>,
 }
 
 impl ServerConfig {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::budget::MemoryBudget;
-use crate::compiled::Compiled;
+use crate::compiled::{Compiled, ListenerSettings};
 use crate::config::Config;
 use crate::descriptors;
 use crate::gate::Gates;
@@ -52,6 +52,8 @@ pub enum StartError {
 pub struct App {
     config: Config,
     routes: Arc<RouteSource>,
+    /// The listeners' TLS settings, reloaded with the routes.
+    listeners: ListenerSettings,
     /// The file the configuration came from, for reloads.
     config_path: Option<std::path::PathBuf>,
     /// The store as opened: only adoption and the identity watch talk to it directly.
@@ -86,7 +88,11 @@ impl App {
     /// Compiles the routes, opens the store the configuration names and checks its identity
     /// against this gateway's adoption record.
     pub async fn build(compiled: Compiled) -> Result<App, StartError> {
-        let Compiled { config, routes } = compiled;
+        let Compiled {
+            config,
+            routes,
+            listeners,
+        } = compiled;
         let slots = Arc::new(UpstreamSlots::new(&config.server));
         let file_limit = check_descriptors(&config, &slots)?;
         if let Some(admin) = &config.admin {
@@ -101,7 +107,7 @@ impl App {
         let gates = Gates::new(opened.turns.clone(), config.store.turn_margin());
         let mut app = App::assemble(
             config,
-            routes,
+            (routes, listeners),
             (opened.fences, opened.combined),
             Some(opened.intents),
             gates,
@@ -127,12 +133,16 @@ impl App {
     /// Like [`App::build`], but on a fence store the caller opened (the `[store]` table and the
     /// adoption check are skipped; routes with idempotency answer 503).
     pub fn with_store(compiled: Compiled, backend: Arc<dyn FenceStore>) -> Result<App, StartError> {
-        let Compiled { config, routes } = compiled;
+        let Compiled {
+            config,
+            routes,
+            listeners,
+        } = compiled;
         let slots = Arc::new(UpstreamSlots::new(&config.server));
         let file_limit = check_descriptors(&config, &slots)?;
         Ok(App::assemble(
             config,
-            routes,
+            (routes, listeners),
             (backend, None),
             None,
             Gates::local_only(),
@@ -142,7 +152,7 @@ impl App {
 
     fn assemble(
         config: Config,
-        routes: RouteTable,
+        (routes, listeners): (RouteTable, ListenerSettings),
         (backend, combined): (Arc<dyn FenceStore>, Option<Arc<dyn AdvanceAndBegin>>),
         intents: Option<Arc<dyn IntentStore>>,
         gates: Gates,
@@ -170,6 +180,7 @@ impl App {
         App {
             config,
             routes: Arc::new(RouteSource::new(routes)),
+            listeners,
             config_path: None,
             backend,
             guarded,
@@ -227,6 +238,13 @@ impl App {
                 self.config.clone(),
                 Arc::clone(&self.limits.upstream_slots),
                 self.file_limit,
+            )
+            .with_certificates(
+                [&self.listeners.data, &self.listeners.admin]
+                    .into_iter()
+                    .flatten()
+                    .cloned()
+                    .collect(),
             ),
         )
     }
@@ -263,7 +281,8 @@ impl App {
             return Ok(None);
         };
         if let Ok(addr) = listener.local_addr() {
-            tracing::info!(%addr, "admin listening");
+            let tls = self.listeners.admin.is_some();
+            tracing::info!(%addr, tls, "admin listening");
         }
         let state = crate::admin::AdminState {
             routes: Arc::clone(&self.routes),
@@ -280,6 +299,7 @@ impl App {
             listener,
             router,
             admin.max_connections,
+            self.listeners.admin.clone(),
             crate::server::ConnectionTimeouts::from_config(&self.config.server),
             Arc::clone(&self.metrics),
         ))))
@@ -303,7 +323,8 @@ impl App {
             }
         };
         if let Ok(addr) = listener.local_addr() {
-            tracing::info!(%addr, "fencegate listening");
+            let tls = self.listeners.data.is_some();
+            tracing::info!(%addr, tls, "fencegate listening");
         }
         let watcher = tokio::spawn(watch_store(
             Arc::clone(&self.backend),
@@ -337,6 +358,7 @@ impl App {
             shutdown,
             self.config.server.shutdown_grace,
             crate::server::ServerLimits::from_config(&self.config.server),
+            self.listeners.data.clone(),
             Arc::clone(&self.metrics),
         )
         .await;

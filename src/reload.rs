@@ -1,10 +1,12 @@
 //! Reloading routes without a restart: the current route table sits behind a lock held only to
 //! clone an `Arc`, and the reloader re-reads the file, validates it whole and swaps the table in
 //! one step. In-flight requests finish on the route they matched; an invalid file changes nothing.
+//! The listeners' TLS certificates are re-read in the same step.
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
+use crate::tls::ListenerTls;
 use crate::compiled::Compiled;
 use crate::config::Config;
 use crate::descriptors;
@@ -45,6 +47,8 @@ impl RouteSource {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReloadReport {
     pub routes: usize,
+    /// Listener certificates re-read from their files.
+    pub certificates: usize,
 }
 
 /// Re-reads the configuration file and swaps in its routes. Only `[[routes]]` are reloaded;
@@ -54,6 +58,9 @@ pub struct Reloader {
     routes: Arc<RouteSource>,
     metrics: Arc<Metrics>,
     capacity: Option<Capacity>,
+    /// The listeners whose certificate, key and client CA are re-read from the files the
+    /// running configuration names.
+    certificates: Vec<Arc<ListenerTls>>,
 }
 
 /// What a reload's upstream caps are checked against: the running configuration (whose
@@ -71,7 +78,14 @@ impl Reloader {
             routes,
             metrics,
             capacity: None,
+            certificates: Vec::new(),
         }
+    }
+
+    /// Reloads also re-read these listeners' TLS files; connections already open keep theirs.
+    pub fn with_certificates(mut self, listeners: Vec<Arc<ListenerTls>>) -> Reloader {
+        self.certificates = listeners;
+        self
     }
 
     /// Reloaded routes' upstream caps must fit `file_limit` beside the running caps, and are put
@@ -96,7 +110,11 @@ impl Reloader {
         let label = if outcome.is_ok() { "ok" } else { "error" };
         self.metrics.reloads.with_label_values(&[label]).inc();
         match &outcome {
-            Ok(report) => tracing::info!(routes = report.routes, "configuration reloaded"),
+            Ok(report) => tracing::info!(
+                routes = report.routes,
+                certificates = report.certificates,
+                "configuration reloaded"
+            ),
             Err(error) => {
                 tracing::error!(%error, "reload failed; the previous configuration stays in force")
             }
@@ -112,6 +130,7 @@ impl Reloader {
         let Compiled {
             config,
             routes: table,
+            ..
         } = Compiled::load(path).map_err(|e| e.to_string())?;
         if let Some(capacity) = &self.capacity {
             let caps = capacity.slots.caps_for(&config.routes);
@@ -121,8 +140,21 @@ impl Reloader {
                 .map_err(|e| e.to_string())?;
             capacity.slots.apply(&caps);
         }
+        // Before the routes change: a certificate that does not load leaves everything as it was
+        // (a listener already reloaded keeps its new, valid certificate).
+        for listener in &self.certificates {
+            listener.reload().map_err(|e| {
+                format!(
+                    "TLS certificate {}: {e}; routes were not reloaded",
+                    listener.cert_path().display()
+                )
+            })?;
+        }
         let routes = config.routes.len();
         self.routes.replace(table);
-        Ok(ReloadReport { routes })
+        Ok(ReloadReport {
+            routes,
+            certificates: self.certificates.len(),
+        })
     }
 }

@@ -1,5 +1,6 @@
 //! The data-plane listener: accepts connections up to `max_connections` (refusing the rest with a
-//! 503), speaks HTTP/1.1 and HTTP/2 (h2c with prior knowledge) on each within the header and
+//! 503), completes the TLS handshake when `[server.tls]` is set (on the serving thread, within
+//! its timeout), speaks HTTP/1.1 and HTTP/2 (ALPN, or h2c with prior knowledge) on each within the header and
 //! stream limits and the connection timeouts, marks HTTP/1 requests framed by both
 //! `Content-Length` and `Transfer-Encoding` for refusal, and on shutdown stops accepting and
 //! drains in-flight requests.
@@ -27,9 +28,10 @@ use http::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use prometheus::IntGauge;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt as _;
@@ -38,6 +40,7 @@ use crate::config::ServerConfig;
 use crate::gateway::Gateway;
 use crate::metrics::Metrics;
 use crate::proxy::ClientAddr;
+use crate::tls::ListenerTls;
 
 use activity::ConnectionActivity;
 use tracked::Tracked;
@@ -99,6 +102,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     grace: Duration,
     limits: ServerLimits,
+    tls: Option<Arc<ListenerTls>>,
     metrics: Arc<Metrics>,
 ) -> Option<Workers> {
     let workers = match Workers::start(limits.workers, gateway) {
@@ -171,41 +175,46 @@ pub async fn serve(
                         continue;
                     }
                 };
-                let client = ClientAddr::new(peer);
-                let watch = Arc::new(FramingWatch::default());
-                let activity = Arc::new(ConnectionActivity::new());
-                let stream = WatchedStream::new(
-                    stream,
-                    limits.max_header_bytes,
-                    Arc::clone(&watch),
-                    Arc::clone(&activity),
-                );
-                let service = worker.gateway.clone().map_request(move |mut request: Request<Incoming>| {
-                    request.extensions_mut().insert(client.clone());
-                    if request.version() <= http::Version::HTTP_11
-                        && watch.next_request_is_ambiguous()
-                    {
-                        request.extensions_mut().insert(AmbiguousFraming);
+                let connection = Connection {
+                    gateway: worker.gateway.clone(),
+                    client: ClientAddr::new(peer),
+                    open,
+                    limits,
+                    closed: metrics.connections_closed.clone(),
+                };
+                match &tls {
+                    None => {
+                        worker
+                            .runtime
+                            .spawn(connection.serve(stream, &builder, graceful.watcher()));
                     }
-                    request
-                });
-                let service = Tracked::new(service, Arc::clone(&activity));
-                let connection = builder
-                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
-                    .into_owned();
-                let watched = graceful.watch(connection);
-                let closed = metrics.connections_closed.clone();
-                let timeouts = limits.timeouts;
-                worker.runtime.spawn(async move {
-                    match connection::drive(watched, activity, timeouts, &closed, "data").await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "connection ended with an error");
-                        }
-                        Err(expiry) => tracing::debug!(%peer, ?expiry, "connection closed"),
+                    Some(tls) => {
+                        let acceptor = tls.acceptor();
+                        let handshake_timeout = tls.handshake_timeout();
+                        let builder = builder.clone();
+                        let watcher = graceful.watcher();
+                        worker.runtime.spawn(async move {
+                            let stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                                Ok(Ok(stream)) => stream,
+                                Ok(Err(e)) => {
+                                    connection.closed.with_label_values(&["data", "tls_handshake"]).inc();
+                                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                    return;
+                                }
+                                Err(_) => {
+                                    connection.closed.with_label_values(&["data", "tls_handshake_timeout"]).inc();
+                                    tracing::debug!(%peer, "TLS handshake timed out");
+                                    return;
+                                }
+                            };
+                            let connection = Connection {
+                                client: connection.client.clone().over_tls(),
+                                ..connection
+                            };
+                            connection.serve(stream, &builder, watcher).await;
+                        });
                     }
-                    drop(open);
-                });
+                }
             }
             () = &mut shutdown => break,
         }
@@ -219,6 +228,69 @@ pub async fn serve(
         tracing::warn!("shutdown grace period ended with requests still in flight");
     }
     Some(workers)
+}
+
+/// A connection handed to its serving thread, before its stream is served.
+struct Connection {
+    gateway: Gateway,
+    client: ClientAddr,
+    open: OpenConnection,
+    limits: ServerLimits,
+    closed: prometheus::IntCounterVec,
+}
+
+impl Connection {
+    /// Serves `stream` (plain TCP or a TLS session) under the connection's clock; the stream's
+    /// bytes, decrypted, run through the framing scanner.
+    fn serve<S>(
+        self,
+        stream: S,
+        builder: &auto::Builder<TokioExecutor>,
+        watcher: Watcher,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            gateway,
+            client,
+            open,
+            limits,
+            closed,
+        } = self;
+        let peer = client.addr;
+        let watch = Arc::new(FramingWatch::default());
+        let activity = Arc::new(ConnectionActivity::new());
+        let stream = WatchedStream::new(
+            stream,
+            limits.max_header_bytes,
+            Arc::clone(&watch),
+            Arc::clone(&activity),
+        );
+        let service = gateway.map_request(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(client.clone());
+            if request.version() <= http::Version::HTTP_11 && watch.next_request_is_ambiguous() {
+                request.extensions_mut().insert(AmbiguousFraming);
+            }
+            request
+        });
+        let service = Tracked::new(service, Arc::clone(&activity));
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+            .into_owned();
+        let watched = watcher.watch(connection);
+        let timeouts = limits.timeouts;
+        async move {
+            match connection::drive(watched, activity, timeouts, &closed, "data").await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                Err(expiry) => tracing::debug!(%peer, ?expiry, "connection closed"),
+            }
+            drop(open);
+        }
+    }
 }
 
 /// One open client connection: holds its `max_connections` permit and counts itself in the

@@ -95,6 +95,8 @@ pub enum GatewayError {
         #[source]
         source: hyper_util::client::legacy::Error,
     },
+    #[error("upstream {upstream}: {reason}")]
+    UpstreamTls { upstream: String, reason: String },
     #[error("the upstream did not answer within {after:?}")]
     UpstreamTimeout { after: Duration },
     #[error("the request body is malformed or was cut off")]
@@ -109,6 +111,8 @@ pub enum GatewayError {
     BodyTooLarge { limit: usize },
     #[error("the request needs an idempotency key in the {header} header")]
     IdempotencyKeyRequired { header: String },
+    #[error("the idempotency key is {length} characters long; the provider takes at most {max}")]
+    IdempotencyKeyTooLong { length: usize, max: usize },
     #[error("idempotency key {key} was used for a different request")]
     IdempotencyKeyReused { key: String },
     #[error("a request with idempotency key {key} is still in progress")]
@@ -158,6 +162,7 @@ impl GatewayError {
             GatewayError::StoreFailed { .. } => K::StoreUnavailable,
             GatewayError::StoreTimeout { .. } => K::StoreTimeout,
             GatewayError::UpstreamUnavailable { .. } => K::UpstreamUnavailable,
+            GatewayError::UpstreamTls { .. } => K::UpstreamTls,
             GatewayError::UpstreamBodyFailed => K::UpstreamResponseFailed,
             GatewayError::UpstreamTimeout { .. } => K::UpstreamTimeout,
             GatewayError::ClientBody => K::InvalidRequestBody,
@@ -166,6 +171,7 @@ impl GatewayError {
             GatewayError::MemoryBusy { .. } => K::MemoryBusy,
             GatewayError::BodyTooLarge { .. } => K::BodyTooLarge,
             GatewayError::IdempotencyKeyRequired { .. } => K::IdempotencyKeyRequired,
+            GatewayError::IdempotencyKeyTooLong { .. } => K::IdempotencyKeyTooLong,
             GatewayError::IdempotencyKeyReused { .. } => K::IdempotencyKeyReused,
             GatewayError::RequestInProgress { .. } => K::RequestInProgress,
             GatewayError::Internal(_) => K::Internal,

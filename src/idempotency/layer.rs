@@ -257,7 +257,9 @@ fn key_for(
         .map(str::trim)
         .filter(|v| !v.is_empty());
     match (settings.client_key, client) {
-        (ClientKey::Keep | ClientKey::Require, Some(client)) => return Ok(client.to_owned()),
+        (ClientKey::Keep | ClientKey::Require, Some(client)) => {
+            return within_limit(client.to_owned(), settings)
+        }
         (ClientKey::Require, None) => {
             return Err(GatewayError::IdempotencyKeyRequired {
                 header: settings.header.to_string(),
@@ -283,7 +285,27 @@ fn key_for(
         .key
         .render(&parts)
         .map_err(|error| GatewayError::KeyUnavailable { error })?;
-    Ok(idempotency_key(&rendered, settings.hmac_secret.as_deref()))
+    within_limit(
+        idempotency_key(
+            &rendered,
+            settings.hmac_secret.as_deref(),
+            settings.key_format,
+            settings.max_key_length,
+        ),
+        settings,
+    )
+}
+
+/// A key longer than the provider takes is refused before anything is recorded (digests were
+/// already cut to fit; raw and client keys cannot be).
+fn within_limit(key: String, settings: &IdempotencySettings) -> Result<String, GatewayError> {
+    match settings.max_key_length {
+        Some(max) if key.len() > max => Err(GatewayError::IdempotencyKeyTooLong {
+            length: key.len(),
+            max,
+        }),
+        _ => Ok(key),
+    }
 }
 
 /// Bounds a store call by the route's store timeout (fail closed).

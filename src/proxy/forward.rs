@@ -12,6 +12,7 @@ use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 
+use super::tls_clients::TlsClients;
 use super::upstream_slots::{upstream_busy, CappedConnector, UpstreamSlots};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::Service;
@@ -36,6 +37,8 @@ const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct ClientAddr {
     pub addr: SocketAddr,
+    /// Whether the connection came in over TLS (`Forwarded: proto=https`).
+    pub tls: bool,
     node: Arc<ClientNode>,
 }
 
@@ -43,30 +46,50 @@ impl ClientAddr {
     pub fn new(addr: SocketAddr) -> ClientAddr {
         ClientAddr {
             addr,
+            tls: false,
             node: Arc::new(ClientNode::new(addr.ip())),
         }
+    }
+
+    /// The same client, on a TLS connection.
+    pub fn over_tls(mut self) -> ClientAddr {
+        self.tls = true;
+        self
     }
 }
 
 /// The pooled HTTP/1.1 client shared by every route.
 pub type UpstreamClient = Client<CappedConnector, RequestBody>;
 
-/// Builds the shared upstream client; it opens connections only with a slot from `slots`.
-pub fn upstream_client(slots: Arc<UpstreamSlots>) -> UpstreamClient {
+/// The TCP connector under every upstream client.
+pub(super) fn http_connector() -> HttpConnector {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(UPSTREAM_CONNECT_TIMEOUT));
-    Client::builder(TokioExecutor::new())
+    connector
+}
+
+/// The pool settings of every upstream client, plain or TLS.
+pub(super) fn client_builder() -> hyper_util::client::legacy::Builder {
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(UPSTREAM_IDLE_TIMEOUT)
-        .pool_max_idle_per_host(MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST)
-        .build(CappedConnector::new(connector, slots))
+        .pool_max_idle_per_host(MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST);
+    builder
+}
+
+/// Builds the shared upstream client; it opens connections only with a slot from `slots`.
+pub fn upstream_client(slots: Arc<UpstreamSlots>) -> UpstreamClient {
+    client_builder().build(CappedConnector::new(http_connector(), slots))
 }
 
 /// Forwards routed requests.
 #[derive(Clone)]
 pub struct Proxy {
     client: UpstreamClient,
+    tls_clients: Arc<TlsClients>,
+    slots: Arc<UpstreamSlots>,
     metrics: Arc<Metrics>,
     slot_wait: Duration,
 }
@@ -75,7 +98,9 @@ impl Proxy {
     pub fn new(metrics: Arc<Metrics>, slots: Arc<UpstreamSlots>) -> Proxy {
         Proxy {
             slot_wait: slots.wait(),
-            client: upstream_client(slots),
+            client: upstream_client(Arc::clone(&slots)),
+            tls_clients: Arc::new(TlsClients::default()),
+            slots,
             metrics,
         }
     }
@@ -92,6 +117,8 @@ impl Service<Request<RequestBody>> for Proxy {
 
     fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
         let client = self.client.clone();
+        let tls_clients = Arc::clone(&self.tls_clients);
+        let slots = Arc::clone(&self.slots);
         let metrics = Arc::clone(&self.metrics);
         let slot_wait = self.slot_wait;
         Box::pin(async move {
@@ -105,7 +132,12 @@ impl Service<Request<RequestBody>> for Proxy {
                     ))?;
             let route = routed.route;
             let upstream_request = upstream_request_filter(request, &route)?;
-            let pending = client.request(upstream_request);
+            let pending = match &route.upstream_tls {
+                None => client.request(upstream_request),
+                Some(tls) => tls_clients
+                    .client_for(tls, &slots)
+                    .request(upstream_request),
+            };
             let started = std::time::Instant::now();
             let answered = tokio::time::timeout(route.timeout, pending).await;
             metrics
@@ -138,6 +170,12 @@ impl Service<Request<RequestBody>> for Proxy {
                     return Err(GatewayError::UpstreamBusy { after: slot_wait })
                 }
                 Ok(Err(source)) => {
+                    if let Some(rejection) = crate::tls::certificate_rejection(&source) {
+                        return Err(GatewayError::UpstreamTls {
+                            upstream: route.upstream.slot_name(),
+                            reason: rejection.reason(),
+                        });
+                    }
                     return Err(GatewayError::UpstreamUnavailable {
                         connect: source.is_connect(),
                         source,
@@ -145,7 +183,7 @@ impl Service<Request<RequestBody>> for Proxy {
                 }
                 Ok(Ok(response)) => response,
             };
-            Ok(response_filter(response))
+            Ok(response_filter(response, &route))
         })
     }
 }
@@ -174,7 +212,7 @@ fn upstream_request_filter(
         let hop = ForwardedFor {
             client: &client.node,
             host: client_host.as_ref(),
-            proto: "http",
+            proto: if client.tls { "https" } else { "http" },
         };
         append_forwarded_headers(&mut parts.headers, &hop, route.trust_forwarded);
     }
@@ -183,14 +221,22 @@ fn upstream_request_filter(
         _ => route.upstream.host_header().clone(),
     };
     parts.headers.insert(header::HOST, host);
+    route.upstream_headers.apply(&mut parts.headers);
     parts.version = Version::HTTP_11;
     Ok(Request::from_parts(parts, body))
 }
 
-/// Strips hop-by-hop headers from the upstream's response, adds `Via`, and streams the body.
-fn response_filter(response: Response<Incoming>) -> Response<ProxyBody> {
+/// Strips hop-by-hop headers and the route's `strip_response_headers` from the upstream's
+/// response, adds `Via`, and streams the body.
+fn response_filter(
+    response: Response<Incoming>,
+    route: &crate::route::CompiledRoute,
+) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop_headers(&mut parts.headers);
+    for name in &route.strip_response_headers {
+        parts.headers.remove(name);
+    }
     append_via(&mut parts.headers, parts.version);
     let body: ProxyBody = body.map_err(Into::into).boxed();
     Response::from_parts(parts, body)

@@ -7,6 +7,7 @@ mod forward;
 mod headers;
 mod prefixed;
 mod stack;
+mod tls_clients;
 mod upstream_slots;
 
 pub use crate::body::{

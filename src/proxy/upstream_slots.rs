@@ -99,7 +99,12 @@ impl UpstreamSlots {
 /// The name an upstream's slots go by: `host:port`, the port made explicit.
 pub fn slot_name(uri: &Uri) -> String {
     let host = uri.host().unwrap_or_default();
-    let port = uri.port_u16().unwrap_or(80);
+    let default_port = if uri.scheme() == Some(&http::uri::Scheme::HTTPS) {
+        443
+    } else {
+        80
+    };
+    let port = uri.port_u16().unwrap_or(default_port);
     format!("{host}:{port}")
 }
 

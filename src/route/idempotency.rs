@@ -6,7 +6,7 @@ use std::time::Duration;
 use http::HeaderName;
 
 use super::{KeyTemplate, PathPattern};
-use crate::config::{ClientKey, IdempotencyConfig};
+use crate::config::{ClientKey, IdempotencyConfig, KeyFormat};
 
 /// Names a key template may use besides the path's segments.
 pub const TEMPLATE_EXTRAS: [&str; 3] = ["resource_key", "method", "route"];
@@ -16,6 +16,10 @@ pub struct IdempotencySettings {
     pub header: HeaderName,
     pub key: KeyTemplate,
     pub hmac_secret: Option<Vec<u8>>,
+    pub key_format: KeyFormat,
+    /// The longest key the provider takes: digests are cut to it, longer raw or client keys
+    /// refused.
+    pub max_key_length: Option<usize>,
     pub client_key: ClientKey,
     pub retention: Duration,
     pub max_stored_body: usize,
@@ -53,6 +57,37 @@ impl IdempotencySettings {
                 }
             },
         };
+        let key_format = match (config.key_format, &hmac_secret) {
+            (Some(KeyFormat::Raw), Some(_)) => {
+                return Err(error(
+                    "idempotency.key_format",
+                    "\"raw\" sends the rendered template itself; with hmac_secret_env use \"hex\", \"base64url\" or \"uuid\"".to_owned(),
+                ))
+            }
+            (Some(format), _) => format,
+            (None, Some(_)) => KeyFormat::Hex,
+            (None, None) => KeyFormat::Raw,
+        };
+        if let Some(max) = config.max_key_length {
+            let shortest = shortest_length(key_format);
+            if max < shortest {
+                let why = match key_format {
+                    KeyFormat::Uuid => "a UUID is 36 characters and cannot be shortened".to_owned(),
+                    KeyFormat::Raw => "a key needs at least one character".to_owned(),
+                    _ => format!(
+                        "{} keys shorter than {shortest} characters carry fewer than 128 bits",
+                        format_name(key_format)
+                    ),
+                };
+                return Err(error(
+                    "idempotency.max_key_length",
+                    format!(
+                        "{max} is too short for key_format = {:?}: {why}",
+                        format_name(key_format)
+                    ),
+                ));
+            }
+        }
         let stored_headers = config
             .stored_headers
             .iter()
@@ -69,11 +104,32 @@ impl IdempotencySettings {
             header,
             key,
             hmac_secret,
+            key_format,
+            max_key_length: config.max_key_length,
             client_key: config.client_key,
             retention: config.retention,
             max_stored_body: config.max_stored_body,
             max_request_body: config.max_request_body,
             stored_headers,
         })
+    }
+}
+
+/// The fewest characters of `format` that still carry 128 bits (a UUID cannot be cut at all).
+pub fn shortest_length(format: KeyFormat) -> usize {
+    match format {
+        KeyFormat::Raw => 1,
+        KeyFormat::Hex => 32,
+        KeyFormat::Base64url => 22,
+        KeyFormat::Uuid => 36,
+    }
+}
+/// The name of a format as the configuration writes it.
+pub fn format_name(format: KeyFormat) -> &'static str {
+    match format {
+        KeyFormat::Raw => "raw",
+        KeyFormat::Hex => "hex",
+        KeyFormat::Base64url => "base64url",
+        KeyFormat::Uuid => "uuid",
     }
 }

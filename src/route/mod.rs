@@ -10,6 +10,7 @@ mod pattern;
 mod table;
 mod template;
 mod upstream;
+mod upstream_headers;
 
 pub use canonical::{canonicalize, CanonicalPath, PathRefusal, MAX_CAPTURE_LEN};
 pub use fold::same_ignoring_case;
@@ -21,3 +22,4 @@ pub use pattern::{Captures, PathMatch, PathPattern, PatternError};
 pub use table::{CompiledRoute, RouteError, RouteMatch, RouteTable, RESERVED_PREFIX};
 pub use template::{KeyTemplate, RenderError, RequestParts, TemplateError, MAX_RESOURCE_KEY_LEN};
 pub use upstream::UpstreamTarget;
+pub use upstream_headers::{compile_strip_list, HeaderError, UpstreamHeaders};

@@ -7,12 +7,14 @@ use http::{HeaderName, Method};
 
 use super::idempotency::IdempotencySettings;
 use super::upstream::UpstreamTarget;
+use super::upstream_headers::{compile_strip_list, UpstreamHeaders};
 use super::{CanonicalPath, Captures, FencedMethods, KeyTemplate, PathPattern, PathRefusal};
 use crate::config::{
     CollectionWrites, Compare, FenceMode, FormatSuffix, OnStoreError, Ordering, PathParameters,
     RouteConfig,
 };
 use crate::stats::RouteCounters;
+use crate::tls::UpstreamTls;
 use crate::token::{signature_key_from_env, SignatureKey};
 
 /// Paths under this prefix belong to the gateway itself (claiming) and are never routed upstream.
@@ -33,6 +35,12 @@ pub struct CompiledRoute {
     pub collection_writes: CollectionWrites,
     pub fenced_methods: FencedMethods,
     pub upstream: UpstreamTarget,
+    /// The TLS settings of an `https://` upstream (none for `http://`).
+    pub upstream_tls: Option<UpstreamTls>,
+    /// Headers set on every forwarded request (credentials, usually).
+    pub upstream_headers: UpstreamHeaders,
+    /// Response headers removed before answering.
+    pub strip_response_headers: Vec<HeaderName>,
     pub resource_key: Option<KeyTemplate>,
     pub timeout: Duration,
     pub trust_forwarded: bool,
@@ -284,8 +292,42 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
     };
     let upstream =
         UpstreamTarget::parse(&config.upstream).map_err(|e| error(config, "upstream", e))?;
+    let upstream_tls = match (&config.upstream_tls, upstream.is_https()) {
+        (Some(_), false) => {
+            return Err(error(
+                config,
+                "upstream_tls",
+                "needs an https:// upstream",
+            ))
+        }
+        (table, true) => Some(
+            UpstreamTls::compile(&table.clone().unwrap_or_default()).map_err(|e| {
+                let field = match e.field() {
+                    "ca_file" => "upstream_tls.ca_file",
+                    "server_name" => "upstream_tls.server_name",
+                    "client_cert" => "upstream_tls.client_cert",
+                    "client_key" => "upstream_tls.client_key",
+                    _ => "upstream_tls",
+                };
+                error(config, field, e.to_string())
+            })?,
+        ),
+        (None, false) => None,
+    };
     let header = HeaderName::from_bytes(config.fence.header.as_bytes())
         .map_err(|_| error(config, "fence.header", "not a valid header name"))?;
+    let upstream_headers =
+        UpstreamHeaders::compile(&config.upstream_headers, |name| std::env::var(name).ok())
+            .map_err(|e| error(config, "upstream_headers", e.0))?;
+    if upstream_headers.names().any(|name| *name == header) {
+        return Err(error(
+            config,
+            "upstream_headers",
+            format!("{header} is the route's fence header: it carries the client's token"),
+        ));
+    }
+    let strip_response_headers = compile_strip_list(&config.strip_response_headers)
+        .map_err(|e| error(config, "strip_response_headers", e.0))?;
     let resource_key = match &config.resource_key {
         Some(template) => Some(
             KeyTemplate::parse(template, pattern.param_names())
@@ -324,6 +366,9 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
         collection_writes: config.collection_writes,
         fenced_methods,
         upstream,
+        upstream_tls,
+        upstream_headers,
+        strip_response_headers,
         resource_key,
         timeout: config.timeout,
         trust_forwarded: config.trust_forwarded,

@@ -1,10 +1,12 @@
-//! An upstream base URL (`http://host:port/base`) and how a request path is placed below it.
+//! An upstream base URL (`http://host:port/base` or `https://…`) and how a request path is placed
+//! below it.
 
 use http::uri::{Authority, Scheme, Uri};
 use http::HeaderValue;
 
 #[derive(Debug, Clone)]
 pub struct UpstreamTarget {
+    scheme: Scheme,
     authority: Authority,
     /// The base path without a trailing slash (empty for the root).
     base_path: String,
@@ -17,15 +19,11 @@ impl UpstreamTarget {
         let uri: Uri = text
             .parse()
             .map_err(|e| format!("{text:?} is not a URL: {e}"))?;
-        match uri.scheme() {
-            Some(scheme) if *scheme == Scheme::HTTP => {}
-            Some(scheme) if *scheme == Scheme::HTTPS => {
-                return Err(format!(
-                    "{text:?}: https upstreams are not supported yet; use http:// (e.g. a local sidecar)"
-                ))
-            }
-            _ => return Err(format!("{text:?} must start with http://")),
-        }
+        let scheme = match uri.scheme() {
+            Some(scheme) if *scheme == Scheme::HTTP => Scheme::HTTP,
+            Some(scheme) if *scheme == Scheme::HTTPS => Scheme::HTTPS,
+            _ => return Err(format!("{text:?} must start with http:// or https://")),
+        };
         let authority = uri
             .authority()
             .cloned()
@@ -43,6 +41,7 @@ impl UpstreamTarget {
         let host_header = HeaderValue::from_str(authority.as_str())
             .map_err(|e| format!("{text:?}: bad host: {e}"))?;
         Ok(UpstreamTarget {
+            scheme,
             base_path: uri.path().trim_end_matches('/').to_owned(),
             authority,
             host_header,
@@ -56,7 +55,7 @@ impl UpstreamTarget {
         target.push_str(&self.base_path);
         target.push_str(path_and_query);
         Uri::builder()
-            .scheme(Scheme::HTTP)
+            .scheme(self.scheme.clone())
             .authority(self.authority.clone())
             .path_and_query(target)
             .build()
@@ -64,8 +63,21 @@ impl UpstreamTarget {
 
     /// The name of the upstream's connection slots (`host:port`).
     pub fn slot_name(&self) -> String {
-        let port = self.authority.port_u16().unwrap_or(80);
+        let port = self
+            .authority
+            .port_u16()
+            .unwrap_or(if self.is_https() { 443 } else { 80 });
         format!("{}:{port}", self.authority.host())
+    }
+
+    /// Whether requests go over TLS.
+    pub fn is_https(&self) -> bool {
+        self.scheme == Scheme::HTTPS
+    }
+
+    /// `http` or `https`.
+    pub fn scheme(&self) -> &str {
+        self.scheme.as_str()
     }
 
     /// The `Host` header value naming the upstream.
@@ -93,8 +105,20 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_upstreams_are_rejected() {
-        assert!(UpstreamTarget::parse("https://x").is_err());
+    fn unsupported_upstreams_are_rejected_and_https_is_accepted() {
+        assert!(UpstreamTarget::parse("https://x").is_ok_and(|t| t.is_https()));
+        assert_eq!(
+            UpstreamTarget::parse("https://api.example.com/v1")
+                .unwrap()
+                .uri_for("/charges")
+                .unwrap()
+                .to_string(),
+            "https://api.example.com/v1/charges"
+        );
+        assert_eq!(
+            UpstreamTarget::parse("https://x").unwrap().slot_name(),
+            "x:443"
+        );
         assert!(UpstreamTarget::parse("ftp://x").is_err());
         assert!(UpstreamTarget::parse("/relative").is_err());
         assert!(UpstreamTarget::parse("http://x/?q=1").is_err());

@@ -35,18 +35,19 @@ impl FramingWatch {
     }
 }
 
-/// The socket of one client connection, watched.
-pub struct WatchedStream {
-    inner: TcpStream,
+/// The socket of one client connection (or its TLS session, whose decrypted bytes are what the
+/// framing scanner must see), watched.
+pub struct WatchedStream<S = TcpStream> {
+    inner: S,
     framing: Option<(FramingScanner, Arc<FramingWatch>)>,
     activity: Arc<ConnectionActivity>,
     first_read: bool,
 }
 
-impl WatchedStream {
+impl<S> WatchedStream<S> {
     /// A data-plane connection: framing scanned, activity noted.
     pub fn new(
-        inner: TcpStream,
+        inner: S,
         max_head_bytes: usize,
         watch: Arc<FramingWatch>,
         activity: Arc<ConnectionActivity>,
@@ -61,7 +62,7 @@ impl WatchedStream {
 
     /// A connection whose activity is noted but whose framing is not scanned (the admin
     /// listener's).
-    pub fn unscanned(inner: TcpStream, activity: Arc<ConnectionActivity>) -> Self {
+    pub fn unscanned(inner: S, activity: Arc<ConnectionActivity>) -> Self {
         WatchedStream {
             inner,
             framing: None,
@@ -71,7 +72,7 @@ impl WatchedStream {
     }
 }
 
-impl AsyncRead for WatchedStream {
+impl<S: AsyncRead + Unpin> AsyncRead for WatchedStream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -108,7 +109,7 @@ fn noted<T>(activity: &ConnectionActivity, polled: Poll<io::Result<T>>) -> Poll<
     polled
 }
 
-impl AsyncWrite for WatchedStream {
+impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedStream<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -138,7 +139,8 @@ impl AsyncWrite for WatchedStream {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        // A TCP stream's flush is always ready: it says nothing about writes blocking.
+        // A TCP stream's flush is always ready; a TLS session's may wait on the socket, which a
+        // write will then also find blocked.
         Pin::new(&mut self.get_mut().inner).poll_flush(cx)
     }
 

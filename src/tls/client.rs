@@ -18,7 +18,7 @@ pub struct UpstreamTls {
     pub config: Arc<ClientConfig>,
     /// The name verified in the upstream's certificate (and sent as SNI), when it is not the
     /// URL's host.
-    pub server_name: Option<String>,
+    pub server_name: Option<ServerName<'static>>,
 }
 
 impl std::fmt::Debug for UpstreamTls {
@@ -69,11 +69,12 @@ impl UpstreamTls {
             Some(path) => load_roots(path).map_err(file("ca_file"))?,
             None => RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
         };
-        if let Some(name) = &config.server_name {
-            ServerName::try_from(name.as_str()).map_err(|_| UpstreamTlsError::ServerName {
-                name: name.clone(),
-            })?;
-        }
+        let server_name = match &config.server_name {
+            None => None,
+            Some(name) => Some(ServerName::try_from(name.clone()).map_err(|_| {
+                UpstreamTlsError::ServerName { name: name.clone() }
+            })?),
+        };
         let builder = ClientConfig::builder_with_provider(super::provider())
             .with_protocol_versions(super::PROTOCOL_VERSIONS)
             .map_err(UpstreamTlsError::Settings)?
@@ -92,7 +93,7 @@ impl UpstreamTls {
         };
         Ok(UpstreamTls {
             config: Arc::new(config_out),
-            server_name: config.server_name.clone(),
+            server_name,
         })
     }
 }

@@ -64,11 +64,6 @@ impl ListenerTls {
         ListenerTls::new(config, &[b"http/1.1"])
     }
 
-    /// Checks the files without building a listener (`check-config`).
-    pub fn check(config: &ListenerTlsConfig) -> Result<(), ListenerTlsError> {
-        build(config, &[]).map(drop)
-    }
-
     /// An acceptor with the settings as of now.
     pub fn acceptor(&self) -> TlsAcceptor {
         let current = match self.current.read() {

@@ -6,13 +6,13 @@
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use crate::tls::ListenerTls;
 use crate::compiled::Compiled;
 use crate::config::Config;
 use crate::descriptors;
 use crate::metrics::Metrics;
 use crate::proxy::UpstreamSlots;
 use crate::route::RouteTable;
+use crate::tls::ListenerTls;
 
 /// The route table new requests are matched against.
 pub struct RouteSource {

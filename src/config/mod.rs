@@ -23,8 +23,8 @@ pub use fence::{
 };
 pub use load::{load_file, parse_str};
 pub use route::{
-    ClientKey, CollectionWrites, FormatSuffix, IdempotencyConfig, KeyFormat, PathParameters, RouteConfig,
-    DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_BODY, DEFAULT_MAX_REQUEST_BODY,
+    ClientKey, CollectionWrites, FormatSuffix, IdempotencyConfig, KeyFormat, PathParameters,
+    RouteConfig, DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_BODY, DEFAULT_MAX_REQUEST_BODY,
     DEFAULT_MAX_STORED_BODY, DEFAULT_RETENTION, DEFAULT_UPSTREAM_TIMEOUT,
 };
 pub use server::{

@@ -179,7 +179,7 @@ impl Service<Request<RequestBody>> for Proxy {
                     return Err(GatewayError::UpstreamUnavailable {
                         connect: source.is_connect(),
                         source,
-                    })
+                    });
                 }
                 Ok(Ok(response)) => response,
             };

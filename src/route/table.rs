@@ -294,11 +294,7 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
         UpstreamTarget::parse(&config.upstream).map_err(|e| error(config, "upstream", e))?;
     let upstream_tls = match (&config.upstream_tls, upstream.is_https()) {
         (Some(_), false) => {
-            return Err(error(
-                config,
-                "upstream_tls",
-                "needs an https:// upstream",
-            ))
+            return Err(error(config, "upstream_tls", "needs an https:// upstream"))
         }
         (table, true) => Some(
             UpstreamTls::compile(&table.clone().unwrap_or_default()).map_err(|e| {

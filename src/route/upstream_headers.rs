@@ -97,9 +97,9 @@ fn expand(
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let end = after.find('}').ok_or_else(|| {
-            HeaderError(format!("{header}: \"${{\" without a closing \"}}\""))
-        })?;
+        let end = after
+            .find('}')
+            .ok_or_else(|| HeaderError(format!("{header}: \"${{\" without a closing \"}}\"")))?;
         let variable = &after[..end];
         if variable.is_empty()
             || !variable
@@ -170,9 +170,8 @@ mod tests {
 
     #[test]
     fn unset_variables_and_framing_headers_are_refused() {
-        let missing =
-            UpstreamHeaders::compile(&table(&[("Authorization", "Bearer ${NOPE}")]), env)
-                .unwrap_err();
+        let missing = UpstreamHeaders::compile(&table(&[("Authorization", "Bearer ${NOPE}")]), env)
+            .unwrap_err();
         assert!(missing.0.contains("NOPE is not set"), "{missing}");
         for name in ["Host", "Content-Length", "Transfer-Encoding", "X-Fence"] {
             assert!(UpstreamHeaders::compile(&table(&[(name, "1")]), env).is_err());

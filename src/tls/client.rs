@@ -71,9 +71,10 @@ impl UpstreamTls {
         };
         let server_name = match &config.server_name {
             None => None,
-            Some(name) => Some(ServerName::try_from(name.clone()).map_err(|_| {
-                UpstreamTlsError::ServerName { name: name.clone() }
-            })?),
+            Some(name) => Some(
+                ServerName::try_from(name.clone())
+                    .map_err(|_| UpstreamTlsError::ServerName { name: name.clone() })?,
+            ),
         };
         let builder = ClientConfig::builder_with_provider(super::provider())
             .with_protocol_versions(super::PROTOCOL_VERSIONS)

@@ -44,7 +44,10 @@ impl std::fmt::Debug for ListenerTls {
 
 impl ListenerTls {
     /// A listener offering `alpn` (most preferred first), from the files `config` names.
-    pub fn new(config: &ListenerTlsConfig, alpn: &[&[u8]]) -> Result<ListenerTls, ListenerTlsError> {
+    pub fn new(
+        config: &ListenerTlsConfig,
+        alpn: &[&[u8]],
+    ) -> Result<ListenerTls, ListenerTlsError> {
         let alpn: Vec<Vec<u8>> = alpn.iter().map(|p| p.to_vec()).collect();
         let built = build(config, &alpn)?;
         Ok(ListenerTls {
@@ -95,12 +98,15 @@ impl ListenerTls {
 }
 
 fn build(config: &ListenerTlsConfig, alpn: &[Vec<u8>]) -> Result<ServerConfig, ListenerTlsError> {
-    let certified = load_certified_key(&config.cert, &config.key).map_err(|source| {
-        ListenerTlsError::File {
-            field: if source.path == config.cert { "cert" } else { "key" },
+    let certified =
+        load_certified_key(&config.cert, &config.key).map_err(|source| ListenerTlsError::File {
+            field: if source.path == config.cert {
+                "cert"
+            } else {
+                "key"
+            },
             source,
-        }
-    })?;
+        })?;
     let builder = ServerConfig::builder_with_provider(super::provider())
         .with_protocol_versions(super::PROTOCOL_VERSIONS)
         .map_err(ListenerTlsError::Settings)?;
@@ -118,9 +124,8 @@ fn build(config: &ListenerTlsConfig, alpn: &[Vec<u8>]) -> Result<ServerConfig, L
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut server = builder.with_cert_resolver(Arc::new(
-        rustls::sign::SingleCertAndKey::from(certified),
-    ));
+    let mut server =
+        builder.with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(certified)));
     server.alpn_protocols = alpn.to_vec();
     Ok(server)
 }

@@ -77,7 +77,10 @@ pub fn load_certified_key(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, 
     certified.keys_match().map_err(|e| {
         file_error(
             key,
-            format!("does not belong to the certificate in {}: {e}", cert.display()),
+            format!(
+                "does not belong to the certificate in {}: {e}",
+                cert.display()
+            ),
         )
     })?;
     Ok(Arc::new(certified))

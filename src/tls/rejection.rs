@@ -47,12 +47,12 @@ pub fn certificate_rejection(error: &(dyn StdError + 'static)) -> Option<Certifi
         if let Some(tls) = e.downcast_ref::<TlsError>() {
             return Some(classify(tls));
         }
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if let Some(tls) = io.get_ref().and_then(|inner| inner.downcast_ref::<TlsError>()) {
-                return Some(classify(tls));
-            }
-        }
-        current = e.source();
+        // An `io::Error`'s `source()` skips the error it wraps: step into that one instead
+        // (the connector wraps the handshake's `io::Error`, which wraps rustls's error).
+        current = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn StdError + 'static)),
+            None => e.source(),
+        };
     }
     None
 }
@@ -74,5 +74,23 @@ fn classify(error: &TlsError) -> CertificateRejection {
             other => CertificateRejection::Other(format!("invalid certificate: {other:?}")),
         },
         other => CertificateRejection::Other(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reason_is_found_under_nested_io_errors() {
+        let tls = TlsError::InvalidCertificate(CertificateError::UnknownIssuer);
+        let inner = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+        let outer = std::io::Error::other(inner);
+        assert_eq!(
+            certificate_rejection(&outer),
+            Some(CertificateRejection::UnknownIssuer)
+        );
+        let plain = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert_eq!(certificate_rejection(&plain), None);
     }
 }

@@ -33,9 +33,25 @@ pub struct GatewayBuilder {
     store_toml: Option<String>,
     admin_toml: Option<String>,
     server_options: String,
+    /// Tables placed after `[server]`'s keys (`[server.tls]`, say).
+    server_tables: String,
+    /// Write the configuration to a file in the state directory, so reloads re-read it.
+    config_file: bool,
 }
 
 impl GatewayBuilder {
+    /// Tables below `[server]` (`[server.tls]`), placed after its keys.
+    pub fn server_tables(mut self, tables: &str) -> GatewayBuilder {
+        self.server_tables = tables.to_owned();
+        self
+    }
+
+    /// The configuration goes to `<dir>/fencegate.toml`, which reloads re-read.
+    pub fn config_file(mut self) -> GatewayBuilder {
+        self.config_file = true;
+        self
+    }
+
     /// State (and the embedded store) in `dir`, kept across restarts, instead of a fresh one.
     pub fn in_dir(mut self, dir: &Path) -> GatewayBuilder {
         self.dir = Some(dir.to_owned());
@@ -91,10 +107,22 @@ impl GatewayBuilder {
                 1,
             );
         }
+        if !self.server_tables.is_empty() {
+            text = text.replacen(
+                &store_toml,
+                &format!("{}\n{store_toml}", self.server_tables),
+                1,
+            );
+        }
         if let Some(admin) = &self.admin_toml {
             text.push_str(admin);
         }
-        let mut gateway = TestGateway::start_text(&dir, &text, self.store).await;
+        let file = self.config_file.then(|| {
+            let path = dir.join("fencegate.toml");
+            std::fs::write(&path, &text).expect("write the configuration");
+            path
+        });
+        let mut gateway = TestGateway::start_text(&dir, &text, self.store, file.as_deref()).await;
         gateway._temp = temp;
         gateway
     }
@@ -115,6 +143,8 @@ impl TestGateway {
             store_toml: None,
             admin_toml: None,
             server_options: String::new(),
+            server_tables: String::new(),
+            config_file: false,
         }
     }
 
@@ -129,10 +159,15 @@ impl TestGateway {
         routes_toml: &str,
     ) -> TestGateway {
         let text = config_text_with_store(dir, "127.0.0.1:0", store_toml, routes_toml);
-        TestGateway::start_text(dir, &text, None).await
+        TestGateway::start_text(dir, &text, None, None).await
     }
 
-    async fn start_text(dir: &Path, text: &str, store: Option<Arc<dyn FenceStore>>) -> TestGateway {
+    async fn start_text(
+        dir: &Path,
+        text: &str,
+        store: Option<Arc<dyn FenceStore>>,
+        file: Option<&Path>,
+    ) -> TestGateway {
         let config = fencegate::Compiled::parse(text, Path::new("test.toml"))
             .unwrap_or_else(|e| panic!("test config must load: {e}\n{text}"));
         let names: Vec<String> = config
@@ -145,6 +180,9 @@ impl TestGateway {
             Some(store) => App::with_store(config, store).expect("gateway builds"),
             None => App::build(config).await.expect("gateway builds"),
         };
+        if let Some(file) = file {
+            app.set_config_path(file);
+        }
         let admin = app.bind_admin().await.expect("bind admin");
         let routes = names
             .into_iter()

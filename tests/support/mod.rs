@@ -25,6 +25,7 @@ pub mod provider;
 pub mod raw;
 pub mod redis;
 pub mod relay;
+pub mod tls;
 pub mod upstream;
 
 pub use client::{send, send_h2, Reply};

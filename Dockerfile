@@ -3,7 +3,7 @@
 #
 #   docker build -t fencegate .
 #   docker run -p 8080:8080 -v fencegate-data:/var/lib/fencegate \
-#     -v "$PWD/my.toml:/etc/fencegate/fencegate.toml:ro" fencegate
+#     -v "$PWD/my.toml:/etc/fencegate/fencegate.toml:ro" -v "$PWD/tls:/etc/fencegate/tls:ro" fencegate
 #
 # The configuration is read from /etc/fencegate/fencegate.toml (config/docker.toml by default);
 # the embedded store lives in the volume /var/lib/fencegate.
@@ -23,6 +23,12 @@ ENV CARGO_PROFILE_RELEASE_DEBUG=0
 RUN cargo build --release --locked --bin fencegate
 
 FROM debian:bookworm-slim
+# The web roots for https:// upstreams are compiled into the binary; the system's CA bundle is
+# there for private CAs appended to it and for tools run in the container. Certificates and keys
+# for [server.tls] / [routes.upstream_tls] are mounted, e.g. at /etc/fencegate/tls.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/fencegate --no-create-home fencegate \
     && mkdir -p /var/lib/fencegate /etc/fencegate \
     && chown fencegate:fencegate /var/lib/fencegate

@@ -212,7 +212,10 @@ async fn list_intents(
 /// (the previous routes stay in force).
 async fn reload(State(state): State<AdminState>) -> Result<Response, AdminError> {
     let report = state.reloader.reload().map_err(AdminError::InvalidConfig)?;
-    Ok(Json(json!({"reloaded": true, "routes": report.routes})).into_response())
+    Ok(Json(
+        json!({"reloaded": true, "routes": report.routes, "certificates": report.certificates}),
+    )
+    .into_response())
 }
 
 /// A store call of the admin API, bounded by [`ADMIN_STORE_TIMEOUT`].

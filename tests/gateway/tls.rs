@@ -385,6 +385,7 @@ async fn reload_swaps_the_certificate_without_dropping_open_connections() {
     )
     .await;
     assert_eq!(reload.status, 200, "{:?}", reload.body);
+    assert_eq!(reload.json()["certificates"], 1);
 
     // New connections get the new certificate.
     let url = https_url(&gw, "/inv/1");

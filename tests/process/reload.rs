@@ -141,3 +141,54 @@ async fn routes_reload_atomically_and_an_invalid_file_changes_nothing() {
         404
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_listener_certificate() {
+    use crate::support::tls::{client_config, https_send, TestCa};
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (old_ca, new_ca) = (TestCa::new("old CA"), TestCa::new("new CA"));
+    let names = ["localhost", "127.0.0.1"];
+    let (cert, key) = old_ca.leaf(&names).write(dir.path(), "listener");
+    let store_toml = format!(
+        "[server.tls]\ncert = \"{}\"\nkey = \"{}\"\n\n{}",
+        cert.display(),
+        key.display(),
+        embedded_store(dir.path())
+    );
+    let process = GatewayProcess::start_with_store(
+        dir.path(),
+        &store_toml,
+        &fenced_route("inv", &upstream.url(), "enforce", "monotonic"),
+    );
+    let url = format!("https://localhost:{}/inv/1", process.addr.port());
+    let get = |ca: &TestCa| {
+        https_send(
+            client_config(&ca.pem, None, &[b"http/1.1"]),
+            "GET",
+            &url,
+            &[],
+            "",
+        )
+    };
+    assert_eq!(get(&old_ca).await.expect("served over TLS").status, 200);
+
+    new_ca.leaf(&names).write(dir.path(), "listener");
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &process.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(&new_ca).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP did not reload the certificate"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        get(&old_ca).await.is_err(),
+        "the old certificate is still served"
+    );
+}

@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::support::gateway::TestGateway;
 use crate::support::tls::{
-    client_config, https_send, server_config, write, Leaf, TestCa, TlsUpstream,
+    client_config, connect, https_get, https_send, server_config, write, Leaf, TestCa, TlsUpstream,
 };
 
 const LOCAL: &[&str] = &["localhost", "127.0.0.1"];
@@ -264,16 +264,7 @@ async fn framing_checks_read_the_decrypted_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new("test CA");
     let (gw, upstream) = tls_gateway(dir.path(), &ca.leaf(LOCAL), "").await;
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(client_config(
-        &ca.pem,
-        None,
-        &[b"http/1.1"],
-    )));
-    let tcp = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    let mut tls = connector
-        .connect("localhost".try_into().unwrap(), tcp)
-        .await
-        .expect("handshake");
+    let mut tls = connect(gw.addr, &ca.pem).await;
     tls.write_all(
         b"PUT /inv/1 HTTP/1.1\r\nHost: x\r\nX-Fence: 1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
     )
@@ -315,40 +306,20 @@ async fn client_certificates_are_required_when_client_ca_is_set() {
     )
     .await;
     let url = https_url(&gw, "/inv/7");
-    let refused = https_send(
-        client_config(&ca.pem, None, &[b"http/1.1"]),
-        "GET",
-        &url,
-        &[],
-        "",
-    )
-    .await;
+    let refused = https_get(&ca.pem, None, &url).await;
     assert!(
         refused.is_err(),
         "answered without a client certificate: {refused:?}"
     );
     let stranger = TestCa::new("stranger").leaf(&["intruder"]);
-    let refused = https_send(
-        client_config(&ca.pem, Some(&stranger), &[b"http/1.1"]),
-        "GET",
-        &url,
-        &[],
-        "",
-    )
-    .await;
+    let refused = https_get(&ca.pem, Some(&stranger), &url).await;
     assert!(
         refused.is_err(),
         "answered a certificate of another CA: {refused:?}"
     );
-    let reply = https_send(
-        client_config(&ca.pem, Some(&clients.leaf(&["service-a"])), &[b"http/1.1"]),
-        "GET",
-        &url,
-        &[],
-        "",
-    )
-    .await
-    .expect("a client with a certificate from client_ca is served");
+    let reply = https_get(&ca.pem, Some(&clients.leaf(&["service-a"])), &url)
+        .await
+        .expect("a client with a certificate from client_ca is served");
     assert_eq!(reply.status, 200);
 }
 
@@ -360,16 +331,7 @@ async fn reload_swaps_the_certificate_without_dropping_open_connections() {
     let (gw, _upstream) = tls_gateway(dir.path(), &old_ca.leaf(LOCAL), "").await;
 
     // A kept-alive connection made with the old certificate.
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(client_config(
-        &old_ca.pem,
-        None,
-        &[b"http/1.1"],
-    )));
-    let tcp = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    let mut open = connector
-        .connect("localhost".try_into().unwrap(), tcp)
-        .await
-        .expect("handshake");
+    let mut open = connect(gw.addr, &old_ca.pem).await;
     let request = b"GET /inv/1 HTTP/1.1\r\nHost: localhost\r\n\r\n";
     open.write_all(request).await.unwrap();
     let mut buf = vec![0u8; 4096];
@@ -389,23 +351,9 @@ async fn reload_swaps_the_certificate_without_dropping_open_connections() {
 
     // New connections get the new certificate.
     let url = https_url(&gw, "/inv/1");
-    let new = https_send(
-        client_config(&new_ca.pem, None, &[b"http/1.1"]),
-        "GET",
-        &url,
-        &[],
-        "",
-    )
-    .await;
+    let new = https_get(&new_ca.pem, None, &url).await;
     assert_eq!(new.expect("the new certificate is served").status, 200);
-    let old = https_send(
-        client_config(&old_ca.pem, None, &[b"http/1.1"]),
-        "GET",
-        &url,
-        &[],
-        "",
-    )
-    .await;
+    let old = https_get(&old_ca.pem, None, &url).await;
     assert!(
         old.is_err(),
         "the old certificate is still served to new connections"
@@ -434,14 +382,7 @@ async fn reload_swaps_the_certificate_without_dropping_open_connections() {
         "{:?}",
         reload.body
     );
-    let still = https_send(
-        client_config(&new_ca.pem, None, &[b"http/1.1"]),
-        "GET",
-        &url,
-        &[],
-        "",
-    )
-    .await;
+    let still = https_get(&new_ca.pem, None, &url).await;
     assert_eq!(still.expect("the previous certificate stays").status, 200);
 }
 
@@ -468,15 +409,9 @@ async fn the_admin_listener_speaks_tls() {
     .start()
     .await;
     let port = gw.admin.expect("admin listener").port();
-    let reply = https_send(
-        client_config(&ca.pem, None, &[b"http/1.1"]),
-        "GET",
-        &format!("https://localhost:{port}/healthz"),
-        &[],
-        "",
-    )
-    .await
-    .expect("admin over TLS");
+    let reply = https_get(&ca.pem, None, &format!("https://localhost:{port}/healthz"))
+        .await
+        .expect("admin over TLS");
     assert_eq!(reply.status, 200);
     assert!(crate::support::client::try_send(
         "GET",

@@ -144,7 +144,7 @@ async fn routes_reload_atomically_and_an_invalid_file_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_the_listener_certificate() {
-    use crate::support::tls::{client_config, https_send, TestCa};
+    use crate::support::tls::{https_get, TestCa};
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
     let dir = tempfile::tempdir().unwrap();
     let (old_ca, new_ca) = (TestCa::new("old CA"), TestCa::new("new CA"));
@@ -162,16 +162,13 @@ async fn sighup_reloads_the_listener_certificate() {
         &fenced_route("inv", &upstream.url(), "enforce", "monotonic"),
     );
     let url = format!("https://localhost:{}/inv/1", process.addr.port());
-    let get = |ca: &TestCa| {
-        https_send(
-            client_config(&ca.pem, None, &[b"http/1.1"]),
-            "GET",
-            &url,
-            &[],
-            "",
-        )
-    };
-    assert_eq!(get(&old_ca).await.expect("served over TLS").status, 200);
+    assert_eq!(
+        https_get(&old_ca.pem, None, &url)
+            .await
+            .expect("served over TLS")
+            .status,
+        200
+    );
 
     new_ca.leaf(&names).write(dir.path(), "listener");
     let status = std::process::Command::new("kill")
@@ -180,7 +177,7 @@ async fn sighup_reloads_the_listener_certificate() {
         .unwrap();
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(10);
-    while get(&new_ca).await.is_err() {
+    while https_get(&new_ca.pem, None, &url).await.is_err() {
         assert!(
             Instant::now() < deadline,
             "SIGHUP did not reload the certificate"
@@ -188,7 +185,7 @@ async fn sighup_reloads_the_listener_certificate() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
-        get(&old_ca).await.is_err(),
+        https_get(&old_ca.pem, None, &url).await.is_err(),
         "the old certificate is still served"
     );
 }

@@ -339,3 +339,29 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     }
     text
 }
+
+/// A raw TLS connection to `addr` (as `localhost`), trusting `ca_pem`, offering HTTP/1.1.
+pub async fn connect(
+    addr: SocketAddr,
+    ca_pem: &str,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let connector =
+        tokio_rustls::TlsConnector::from(Arc::new(client_config(ca_pem, None, &[b"http/1.1"])));
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    connector
+        .connect("localhost".try_into().expect("a server name"), tcp)
+        .await
+        .expect("TLS handshake")
+}
+
+/// `GET url` over HTTP/1.1 on a fresh TLS connection trusting `ca_pem`, presenting `identity`.
+pub async fn https_get(ca_pem: &str, identity: Option<&Leaf>, url: &str) -> Result<Reply, String> {
+    https_send(
+        client_config(ca_pem, identity, &[b"http/1.1"]),
+        "GET",
+        url,
+        &[],
+        "",
+    )
+    .await
+}

@@ -24,8 +24,8 @@ pub use fence::{
 pub use load::{load_file, parse_str};
 pub use route::{
     ClientKey, CollectionWrites, FormatSuffix, IdempotencyConfig, KeyFormat, PathParameters,
-    RouteConfig, DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_BODY, DEFAULT_MAX_REQUEST_BODY,
-    DEFAULT_MAX_STORED_BODY, DEFAULT_RETENTION, DEFAULT_UPSTREAM_TIMEOUT,
+    RouteConfig, UnknownOutcome, DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_BODY,
+    DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_STORED_BODY, DEFAULT_RETENTION, DEFAULT_UPSTREAM_TIMEOUT,
 };
 pub use server::{
     ServerConfig, DEFAULT_BODY_TIMEOUT, DEFAULT_BUFFER_WAIT, DEFAULT_FIRST_BYTE_TIMEOUT,

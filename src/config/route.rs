@@ -111,6 +111,10 @@ pub struct IdempotencyConfig {
     pub max_key_length: Option<usize>,
     #[serde(default)]
     pub client_key: ClientKey,
+    /// What a retry finds when an earlier attempt's outcome is unknown (timeout, reset, 5xx, a
+    /// gateway that died mid-call): sent again with the same key, or held for an operator.
+    #[serde(default)]
+    pub on_unknown_outcome: UnknownOutcome,
     /// How long outcomes are kept and replayed.
     #[serde(default = "default_retention", with = "duration")]
     pub retention: Duration,
@@ -138,6 +142,20 @@ pub enum KeyFormat {
     /// The digest's first 128 bits as a UUID in version-4 form (`xxxxxxxx-xxxx-4xxx-yxxx-…`):
     /// name-based in fact, so every holder derives the same one.
     Uuid,
+}
+
+/// What a retry of an intent whose outcome is unknown does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownOutcome {
+    /// Send it again with the same key: right for providers that honour the key (the provider
+    /// answers the repeat from its own record).
+    #[default]
+    Resubmit,
+    /// Never send it again: repeats are refused (409 `outcome-unknown`) until an operator
+    /// resolves the intent (`fencegate intents resolve`). For providers that ignore the key, where
+    /// a second send could be a second charge.
+    Hold,
 }
 
 /// What happens to an idempotency key the client sent itself.

@@ -89,6 +89,7 @@ pub enum ErrorKind {
     IdempotencyKeyTooLong,
     IdempotencyKeyReused,
     RequestInProgress,
+    OutcomeUnknown,
     Internal,
     // The admin API's own.
     Unauthorized,
@@ -145,6 +146,7 @@ impl ErrorKind {
             K::IdempotencyKeyRequired => (400, "idempotency-key-required", "Idempotency key required", Client, No, Debug),
             K::IdempotencyKeyReused   => (422, "idempotency-key-reused", "Idempotency key reused", Client, No, Debug),
             K::RequestInProgress      => (409, "request-in-progress", "Request in progress", Client, After, Debug),
+            K::OutcomeUnknown         => (409, "outcome-unknown", "Earlier outcome unknown", Upstream, No, Info),
             K::Internal               => (500, "internal", "Internal gateway error", Gateway, No, Error),
             K::Unauthorized           => (401, "unauthorized", "Bearer token required", Client, No, Debug),
             K::NoMark                 => (404, "no-mark", "No mark for this key", Client, No, Debug),

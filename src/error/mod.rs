@@ -117,6 +117,8 @@ pub enum GatewayError {
     IdempotencyKeyReused { key: String },
     #[error("a request with idempotency key {key} is still in progress")]
     RequestInProgress { key: String, retry_after_secs: u64 },
+    #[error("an earlier request with idempotency key {key} has an unknown outcome; the route holds it until an operator resolves it (`fencegate intents resolve`)")]
+    OutcomeUnknown { key: String },
     #[error("the upstream's response body failed")]
     UpstreamBodyFailed,
     #[error("internal error: {0}")]
@@ -174,6 +176,7 @@ impl GatewayError {
             GatewayError::IdempotencyKeyTooLong { .. } => K::IdempotencyKeyTooLong,
             GatewayError::IdempotencyKeyReused { .. } => K::IdempotencyKeyReused,
             GatewayError::RequestInProgress { .. } => K::RequestInProgress,
+            GatewayError::OutcomeUnknown { .. } => K::OutcomeUnknown,
             GatewayError::Internal(_) => K::Internal,
         }
     }
@@ -204,6 +207,19 @@ impl GatewayError {
             | GatewayError::StoreFailed { key, .. } => Some(key),
             _ => None,
         }
+    }
+
+    /// Whether the request certainly never reached the upstream: the connection was refused or
+    /// its TLS handshake failed, no connection was free, or the key's turn never came. Anything
+    /// else after forwarding began may have had an effect.
+    pub fn never_reached_upstream(&self) -> bool {
+        matches!(
+            self,
+            GatewayError::UpstreamUnavailable { connect: true, .. }
+                | GatewayError::UpstreamTls { .. }
+                | GatewayError::UpstreamBusy { .. }
+                | GatewayError::GateTimeout { .. }
+        )
     }
 
     /// What the client reads in `detail`: the message, except where it would say more than a

@@ -1,7 +1,8 @@
 //! `IdempotencyLayer` → `Idempotency<S>`: after the fence (a superseded holder was refused already)
 //! and before the ordering gate. Records the intent durably, forwards with the key, records the
-//! outcome before answering; replays known outcomes; refuses duplicates in flight (409), keys
-//! reused for other requests (422) and requests without a required client key (400).
+//! outcome before answering; replays known outcomes; refuses duplicates in flight (409), repeats
+//! of an unknown outcome on a route that holds them (409), keys reused for other requests (422)
+//! and requests without a required client key (400).
 
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -14,12 +15,12 @@ use super::admission::{advance_and_begin, IntentBackend};
 use super::capture::{read_prefix, read_request, Prefix, ReadFailure};
 use super::{fingerprint, idempotency_key, now_ms, IdempotencySettings};
 use crate::budget::{Budgeted, MemoryBudget};
-use crate::config::ClientKey;
+use crate::config::{ClientKey, UnknownOutcome};
 use crate::error::GatewayError;
 use crate::extensions::{Admission, AdvanceBy};
 use crate::proxy::{full_body, Prefixed, ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
-use crate::store::{BeginRequest, Begun, StoreError, StoredOutcome};
+use crate::store::{BeginRequest, Begun, Resolution, StoreError, StoredOutcome};
 
 /// Header marking an answer replayed from a stored outcome.
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
@@ -158,8 +159,15 @@ where
         None => with_timeout(route, &record_key, intents.begin(begin)).await?,
     }
     .map_err(store_failed)?;
-    match begun {
-        Begun::Fresh | Begun::Resubmit { .. } => {}
+    let fresh = match begun {
+        Begun::Fresh => true,
+        Begun::Resubmit { .. } if settings.on_unknown_outcome == UnknownOutcome::Hold => {
+            // The store handed this attempt the intent; give it back untouched, still SUBMITTING
+            // and listed for reconciliation, and send nothing.
+            let _ = intents.abandon(&record_key, &attempt, now_ms()).await;
+            return Err(GatewayError::OutcomeUnknown { key: sent_key });
+        }
+        Begun::Resubmit { .. } => false,
         Begun::Completed(outcome) => return Ok(replay(outcome)),
         Begun::InFlight { retry_after_ms } => {
             return Err(GatewayError::RequestInProgress {
@@ -175,7 +183,7 @@ where
                 current,
             })
         }
-    }
+    };
     let value = HeaderValue::from_str(&sent_key)
         .map_err(|_| GatewayError::Internal("idempotency key is not a header value"))?;
     parts.headers.insert(settings.header.clone(), value);
@@ -184,9 +192,19 @@ where
         .await;
     let response = match forwarded {
         Ok(response) if !response.status().is_server_error() => response,
+        Err(error) if fresh && error.never_reached_upstream() => {
+            // Certainly not sent (refused, no TLS, no free connection, no turn): nothing happened
+            // at the provider, so the intent is forgotten and a retry submits afresh. A
+            // re-submission keeps its intent: the earlier attempt's outcome is still unknown.
+            let _ = intents
+                .resolve(&record_key, Resolution::Release, now_ms())
+                .await;
+            return Err(error);
+        }
         other => {
-            // Not sent, timed out, reset, or a 5xx: the outcome is unknown. The intent stays
-            // SUBMITTING (listed for reconciliation) and the next attempt re-submits the same key.
+            // Timed out, reset, or a 5xx: the outcome is unknown. The intent stays SUBMITTING
+            // (listed for reconciliation); the next attempt re-submits the same key, or is
+            // refused on a route that holds unknown outcomes.
             let _ = intents.abandon(&record_key, &attempt, now_ms()).await;
             return other;
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use http::HeaderName;
 
 use super::{KeyTemplate, PathPattern};
-use crate::config::{ClientKey, IdempotencyConfig, KeyFormat};
+use crate::config::{ClientKey, IdempotencyConfig, KeyFormat, UnknownOutcome};
 
 /// Names a key template may use besides the path's segments.
 pub const TEMPLATE_EXTRAS: [&str; 3] = ["resource_key", "method", "route"];
@@ -21,6 +21,7 @@ pub struct IdempotencySettings {
     /// refused.
     pub max_key_length: Option<usize>,
     pub client_key: ClientKey,
+    pub on_unknown_outcome: UnknownOutcome,
     pub retention: Duration,
     pub max_stored_body: usize,
     pub max_request_body: usize,
@@ -107,6 +108,7 @@ impl IdempotencySettings {
             key_format,
             max_key_length: config.max_key_length,
             client_key: config.client_key,
+            on_unknown_outcome: config.on_unknown_outcome,
             retention: config.retention,
             max_stored_body: config.max_stored_body,
             max_request_body: config.max_request_body,

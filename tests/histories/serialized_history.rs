@@ -130,6 +130,14 @@ async fn run(ordering: &str, upstream_delay: Duration, backend: Store) -> Run {
                                 "",
                             )
                             .await;
+                            if !matches!(reply.status.as_u16(), 200 | 409) {
+                                // Kept in the test's output: the checker then names only the status.
+                                println!(
+                                    "#{seq}: {} {}",
+                                    reply.status,
+                                    String::from_utf8_lossy(&reply.body)
+                                );
+                            }
                             ClientRecord {
                                 seq,
                                 key,

@@ -56,7 +56,7 @@ fn check_config_reports_semantic_errors_with_route_and_field() {
     let path = dir.path().join("bad-upstream.toml");
     std::fs::write(
         &path,
-        "[server]\nlisten = \"127.0.0.1:8080\"\n[[routes]]\nname = \"files\"\npath = \"/f/{id}\"\nupstream = \"https://example.test\"\nresource_key = \"f:{id}\"\n",
+        "[server]\nlisten = \"127.0.0.1:8080\"\n[[routes]]\nname = \"files\"\npath = \"/f/{id}\"\nupstream = \"ftp://example.test\"\nresource_key = \"f:{id}\"\n",
     )
     .unwrap();
     let output = fencegate(&["check-config", path.to_str().unwrap()]);

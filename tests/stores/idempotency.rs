@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use fencegate::store::IntentState;
+use fencegate::store::{IntentState, Resolution, StoredOutcome};
 
 use crate::support;
 use crate::support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
@@ -42,7 +42,20 @@ impl Setup {
         idempotency_extra: &str,
         store_extra: &str,
     ) -> Setup {
+        Setup::start_towards(backend, None, honours_keys, idempotency_extra, store_extra).await
+    }
+
+    /// Like `start_with_store`, with the route's upstream at `upstream` instead of the provider
+    /// when one is given.
+    async fn start_towards(
+        backend: Backend,
+        upstream: Option<String>,
+        honours_keys: bool,
+        idempotency_extra: &str,
+        store_extra: &str,
+    ) -> Setup {
         let provider = Provider::start(honours_keys).await;
+        let upstream = upstream.unwrap_or_else(|| provider.url());
         let dir = tempfile::tempdir().unwrap();
         let (store, cleanup): (
             String,
@@ -76,8 +89,7 @@ impl Setup {
         };
         let store = format!("{store}{store_extra}\n");
         let routes = format!(
-            "[[routes]]\nname = \"payouts\"\npath = \"/payouts/{{id}}\"\nupstream = \"{}\"\nresource_key = \"payout:{{id}}\"\ntimeout = \"500ms\"\n\n[routes.idempotency]\nkey = \"payout:{{id}}\"\n{idempotency_extra}\n",
-            provider.url()
+            "[[routes]]\nname = \"payouts\"\npath = \"/payouts/{{id}}\"\nupstream = \"{upstream}\"\nresource_key = \"payout:{{id}}\"\ntimeout = \"500ms\"\n\n[routes.idempotency]\nkey = \"payout:{{id}}\"\n{idempotency_extra}\n"
         );
         let gw = TestGateway::builder(&routes)
             .in_dir(dir.path())
@@ -204,6 +216,85 @@ async fn unknown_outcomes_are_listed_and_resubmitted_with_the_same_key(backend: 
             assert_eq!(s.provider.charges().len(), charges.len());
             s.finish().await;
         }
+    }
+}
+
+/// `on_unknown_outcome = "hold"`, for a provider that ignores the key: an unknown outcome is never
+/// sent again, by the same holder or a newer one, until an operator records what happened.
+async fn a_route_that_holds_unknown_outcomes_never_sends_them_again(backend: Backend) {
+    let faults = [
+        (Fault::DropConnection, 502),
+        (Fault::Answer500, 500),
+        (Fault::AnswerLate(Duration::from_millis(1500)), 504),
+    ];
+    for (fault, status) in faults {
+        let s = Setup::start(backend, false, "on_unknown_outcome = \"hold\"").await;
+        s.provider.fail_next(fault);
+        assert_eq!(s.pay(1, 5, 100).await.status, status, "{fault:?}");
+        assert_eq!(s.provider.charges().len(), 1);
+        for fence in [5, 6] {
+            let retry = s.pay(1, fence, 100).await;
+            assert_eq!(
+                (retry.status.as_u16(), retry.problem_slug().as_str()),
+                (409, "outcome-unknown"),
+                "{fault:?}: fence {fence} is held"
+            );
+        }
+        assert_eq!(s.provider.calls(), 1, "{fault:?}: nothing was sent again");
+        assert_eq!(s.submitting().await, ["payouts/payout:1"]);
+        let (state, _) = s.intent_of(1).await;
+        assert_eq!(state, IntentState::Submitting);
+
+        // The operator reads the provider's record (charged) and records it.
+        let outcome = StoredOutcome {
+            status: 201,
+            headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+            body: b"{\"charged\":true}".to_vec(),
+            body_complete: true,
+        };
+        let now = fencegate::idempotency::now_ms();
+        assert!(s
+            .gw
+            .intents()
+            .resolve("payouts/payout:1", Resolution::Outcome(outcome), now)
+            .await
+            .unwrap());
+        let replay = s.pay(1, 6, 100).await;
+        assert_eq!(replay.status, 201, "{fault:?}");
+        assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+        assert_eq!(replay.body.as_ref(), b"{\"charged\":true}");
+        assert_eq!(
+            s.provider.charges().len(),
+            1,
+            "{fault:?}: one charge in all"
+        );
+        s.finish().await;
+    }
+}
+
+/// A refused connection certainly sent nothing: the intent is forgotten, not left SUBMITTING,
+/// so even a route that holds unknown outcomes submits the retry.
+async fn a_refused_connection_leaves_no_intent(backend: Backend) {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    for extra in ["", "on_unknown_outcome = \"hold\""] {
+        let s = Setup::start_towards(backend, Some(upstream.clone()), false, extra, "").await;
+        let refused = s.pay(1, 5, 100).await;
+        assert_eq!(
+            (refused.status.as_u16(), refused.problem_slug().as_str()),
+            (502, "upstream-unavailable"),
+            "{extra}"
+        );
+        assert!(
+            s.submitting().await.is_empty(),
+            "{extra}: nothing to reconcile"
+        );
+        let record = s.gw.intents().get("payouts/payout:1").await.unwrap();
+        assert_eq!(record, None, "{extra}");
+        let again = s.pay(1, 5, 100).await;
+        assert_eq!(again.status, 502, "{extra}: tried again, refused again");
+        s.finish().await;
     }
 }
 
@@ -369,6 +460,8 @@ macro_rules! on_every_backend {
 on_every_backend!(
     retries_by_the_same_holder_are_replayed,
     unknown_outcomes_are_listed_and_resubmitted_with_the_same_key,
+    a_route_that_holds_unknown_outcomes_never_sends_them_again,
+    a_refused_connection_leaves_no_intent,
     a_new_holder_resubmits_after_the_old_one_vanished,
     a_stale_token_is_refused_before_the_intent_without_a_cache,
     concurrent_duplicates_reach_the_provider_once,

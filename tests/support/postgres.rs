@@ -2,8 +2,10 @@
 
 use sqlx::Connection as _;
 
-/// The local server the tests use (trust auth).
-pub const TEST_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+/// The local server the tests use (trust auth), plain on purpose: the server offers TLS (Debian
+/// turns `ssl` on), and sqlx's default `sslmode=prefer` would take it, adding a handshake to every
+/// connection of every test. TLS to the store is tested on its own, in tests/stores/tls.rs.
+pub const TEST_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable";
 
 /// A schema name no other test uses.
 pub fn unique_schema() -> String {

@@ -1,6 +1,7 @@
 //! A configuration compiled once: the plain data `config` reads and checks, the route table
-//! compiled from it, and the listeners' TLS settings read from their files. `check-config`, `serve`, the one-shot commands and every reload go through
-//! here, so what `check-config` accepts is exactly what `serve` runs.
+//! compiled from it, the listeners' TLS settings read from their files, and the store's TLS files
+//! checked. `check-config`, `serve`, the one-shot commands and every reload go through here, so
+//! what `check-config` accepts is exactly what `serve` runs.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -68,6 +69,12 @@ impl Compiled {
                 ListenerTls::admin(tls).map_err(|e| invalid("admin.tls", e))?,
             )),
         };
+        crate::store::check_settings(&config.store).map_err(|e| ConfigError::Invalid {
+            file: origin.to_owned(),
+            route: None,
+            field: format!("store.{}", e.field),
+            message: e.message,
+        })?;
         Ok(Compiled {
             config,
             routes,

@@ -42,7 +42,10 @@ pub use store::{
     DEFAULT_REDIS_KEY_PREFIX, DEFAULT_TURN_MARGIN,
 };
 
-pub use tls::{ListenerTlsConfig, UpstreamTlsConfig, DEFAULT_TLS_HANDSHAKE_TIMEOUT};
+pub use tls::{
+    ListenerTlsConfig, StoreTlsConfig, StoreTlsMode, UpstreamTlsConfig,
+    DEFAULT_TLS_HANDSHAKE_TIMEOUT,
+};
 
 use serde::Deserialize;
 

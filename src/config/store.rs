@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::duration;
+use super::tls::StoreTlsConfig;
 
 /// Where the embedded store lives when the file names no path (relative to the working directory).
 pub const DEFAULT_EMBEDDED_PATH: &str = "data/fencegate.db";
@@ -130,13 +131,16 @@ pub struct PostgresStoreConfig {
     pub max_batch: usize,
     #[serde(default = "default_cache_capacity")]
     pub cache_capacity: usize,
+    /// TLS to the server (or give `sslmode`, `sslrootcert`, `sslcert`, `sslkey` in the URL).
+    #[serde(default)]
+    pub tls: Option<StoreTlsConfig>,
 }
 
 /// `[store] backend = "redis"`: marks in Redis, advanced by a server-side script.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisStoreConfig {
-    /// e.g. `redis://127.0.0.1:6379`
+    /// e.g. `redis://127.0.0.1:6379`, or `rediss://` for TLS.
     pub url: String,
     /// Prefix of every Redis key fencegate writes.
     #[serde(default = "default_redis_key_prefix")]
@@ -151,6 +155,9 @@ pub struct RedisStoreConfig {
     pub max_batch: usize,
     #[serde(default = "default_cache_capacity")]
     pub cache_capacity: usize,
+    /// The CAs and client certificate for a `rediss://` URL (without it: the bundled web roots).
+    #[serde(default)]
+    pub tls: Option<StoreTlsConfig>,
 }
 
 fn default_embedded_path() -> PathBuf {

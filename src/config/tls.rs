@@ -1,5 +1,5 @@
-//! `[server.tls]`, `[admin.tls]` and `[routes.upstream_tls]`: the files a TLS connection is
-//! made with, and their defaults. The files are read and checked when the configuration compiles.
+//! `[server.tls]`, `[admin.tls]`, `[routes.upstream_tls]` and `[store.tls]`: the files a TLS
+//! connection is made with, and their defaults. The files are read and checked when the configuration compiles.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -44,6 +44,37 @@ pub struct UpstreamTlsConfig {
     pub client_cert: Option<PathBuf>,
     #[serde(default)]
     pub client_key: Option<PathBuf>,
+}
+
+/// `[store.tls]`: TLS to a PostgreSQL or Redis store, on the same rustls stack as the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreTlsConfig {
+    /// PostgreSQL only (Redis over TLS always verifies the name): how much of the server's
+    /// certificate is checked. Default: `verify-full`.
+    #[serde(default)]
+    pub mode: Option<StoreTlsMode>,
+    /// CAs to trust for the server's certificate. PostgreSQL trusts them besides the bundled web
+    /// roots (as sqlx does); Redis trusts only them.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// A client certificate to present to the server (mutual TLS), with its key.
+    #[serde(default)]
+    pub client_cert: Option<PathBuf>,
+    #[serde(default)]
+    pub client_key: Option<PathBuf>,
+}
+
+/// PostgreSQL's `sslmode`, the values that encrypt for certain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StoreTlsMode {
+    /// Encrypt, verify nothing (like libpq's `require`): protects only against passive listeners.
+    Require,
+    /// Verify the certificate chain, not the name.
+    VerifyCa,
+    /// Verify the chain and that the certificate names the host.
+    VerifyFull,
 }
 
 fn default_handshake_timeout() -> Duration {

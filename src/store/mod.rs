@@ -232,6 +232,16 @@ impl Backend {
     }
 }
 
+/// Checks a network store's URL and TLS files as opening it would, without connecting: what
+/// `check-config` runs. `Err` names the field below `store.`.
+pub fn check_settings(config: &StoreConfig) -> Result<(), crate::tls::StoreTlsError> {
+    match config {
+        StoreConfig::Embedded(_) => Ok(()),
+        StoreConfig::Postgres(postgres) => postgres::check_tls(postgres),
+        StoreConfig::Redis(redis) => redis::check_tls(redis),
+    }
+}
+
 /// Opens the backend the configuration names; its key turns, if it keeps them, are taken under
 /// the name `holder` (see [`Replica`]).
 pub async fn open(config: &StoreConfig, holder: &str) -> Result<Backend, StoreError> {

@@ -1,16 +1,18 @@
 //! TLS for every connection the gateway makes or accepts (docs/security.md): PEM files read and
 //! checked once, the one crypto provider (ring), the client settings for `https://` upstreams and
-//! the reloadable server settings of the listeners.
+//! for the stores, and the reloadable server settings of the listeners.
 
 mod client;
 mod listener;
 mod pem;
 mod rejection;
+mod store;
 
 pub use client::{UpstreamTls, UpstreamTlsError};
 pub use listener::{ListenerTls, ListenerTlsError};
 pub use pem::{load_certified_key, load_certs, load_private_key, load_roots, TlsFileError};
 pub use rejection::{certificate_rejection, CertificateRejection};
+pub use store::{read_ca, read_client_identity, ClientIdentity, StoreTls, StoreTlsError};
 
 use std::sync::Arc;
 

@@ -68,6 +68,7 @@ impl Namespace {
                     turn_margin: margin,
                     max_batch: DEFAULT_MAX_BATCH,
                     cache_capacity: DEFAULT_CACHE_CAPACITY,
+                    tls: None,
                 };
                 let store = PostgresStore::open(&config).await.unwrap_or_else(|e| {
                     panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}")
@@ -83,6 +84,7 @@ impl Namespace {
                     turn_margin: margin,
                     max_batch: DEFAULT_MAX_BATCH,
                     cache_capacity: DEFAULT_CACHE_CAPACITY,
+                    tls: None,
                 };
                 let store = RedisStore::open(&config)
                     .await

@@ -23,6 +23,7 @@ fn config(schema: &str) -> PostgresStoreConfig {
         turn_margin: fencegate::config::DEFAULT_TURN_MARGIN,
         max_batch: DEFAULT_MAX_BATCH,
         cache_capacity: DEFAULT_CACHE_CAPACITY,
+        tls: None,
     }
 }
 

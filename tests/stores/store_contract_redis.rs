@@ -26,6 +26,7 @@ fn config(url: &str, prefix: &str) -> RedisStoreConfig {
         turn_margin: fencegate::config::DEFAULT_TURN_MARGIN,
         max_batch: DEFAULT_MAX_BATCH,
         cache_capacity: DEFAULT_CACHE_CAPACITY,
+        tls: None,
     }
 }
 

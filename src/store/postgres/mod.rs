@@ -18,6 +18,7 @@ mod intents;
 mod reads;
 mod schema;
 mod thread_batchers;
+mod tls;
 mod turn_wants;
 mod turns;
 
@@ -56,6 +57,12 @@ impl PostgresStore {
     /// Connects, creates the schema and runs the migrations, and starts the batching task.
     pub async fn open(config: &PostgresStoreConfig) -> Result<PostgresStore, StoreError> {
         let options = connect_options(config)?;
+        if tls::encrypts_without_verifying(&options) {
+            tracing::warn!(
+                url = %redact_password(&config.url),
+                "postgres store: sslmode require encrypts but verifies nothing of the server; use verify-full with a ca_file"
+            );
+        }
         let pool = connect(config, options.clone()).await?;
         migrate_pool(&pool, &config.schema).await?;
         let in_flight = batches_in_flight(config);
@@ -106,9 +113,22 @@ fn connect_options(config: &PostgresStoreConfig) -> Result<PgConnectOptions, Sto
             redact_password(&config.url)
         ),
     })?;
+    let options = tls::with_tls(options, config).map_err(|e| StoreError::Setup {
+        backend: BACKEND,
+        detail: format!("store.{}: {}", e.field, e.message),
+    })?;
     Ok(options
         .options([("search_path", config.schema.as_str())])
         .log_statements(tracing::log::LevelFilter::Trace))
+}
+
+/// Checks the store's TLS settings as opening it would, without connecting (`check-config`).
+pub fn check_tls(config: &PostgresStoreConfig) -> Result<(), crate::tls::StoreTlsError> {
+    let options: PgConnectOptions = config
+        .url
+        .parse()
+        .map_err(|e| crate::tls::StoreTlsError::new("url", format!("not a PostgreSQL URL: {e}")))?;
+    tls::with_tls(options, config).map(drop)
 }
 
 async fn connect(

@@ -5,7 +5,8 @@
 //!
 //! The writers: `pool.rs` (one per serving thread), `writer.rs` (the task), `pipeline.rs` (its
 //! round trip), `command.rs` (what a writer is sent), `connection.rs` (connecting, loading the
-//! scripts). `fence.rs`: the `FenceStore` impl; `keys.rs`: key names; `error.rs`: errors.
+//! scripts). `fence.rs`: the `FenceStore` impl; `keys.rs`: key names; `error.rs`: errors;
+//! `tls.rs`: the client for a `rediss://` URL.
 
 mod command;
 mod connection;
@@ -17,6 +18,7 @@ mod keys;
 mod pipeline;
 mod pool;
 mod script;
+mod tls;
 mod turns;
 mod writer;
 
@@ -39,6 +41,12 @@ use pool::WriterPool;
 pub use turns::RedisTurns;
 use turns::TurnScripts;
 use writer::WriterTemplate;
+
+/// Checks the store's URL and TLS settings as opening it would, without connecting
+/// (`check-config`).
+pub fn check_tls(config: &RedisStoreConfig) -> Result<(), crate::tls::StoreTlsError> {
+    tls::client(config).map(drop)
+}
 
 /// Handle to the writer tasks; cheap to share behind an `Arc`.
 ///
@@ -64,8 +72,8 @@ impl RedisStore {
             backend: BACKEND,
             detail,
         };
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|e| setup(format!("invalid url {url}: {e}")))?;
+        let client = tls::client(config)
+            .map_err(|e| setup(format!("{url}: store.{}: {}", e.field, e.message)))?;
         let mut connection = connect(&client, CONNECT_TIMEOUT).await.map_err(|e| {
             setup(format!(
                 "cannot connect to {url} (waited up to {}s): {e}",

@@ -2,6 +2,8 @@
 # Makes sure the local PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) used by the store
 # tests are running, starting them when they are installed but stopped. Prints what it finds;
 # a service that is not installed is reported, and the tests that need it will fail clearly.
+# Then scripts/tls-setup.sh gives them TLS for the store-TLS tests (PostgreSQL ssl on, TLS-only
+# Redis on 6380 and 6381, the test certificates in /var/lib/fencegate-test-tls).
 set -u
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -34,4 +36,7 @@ elif command -v redis-server >/dev/null 2>&1; then
 else
   echo "redis: not installed"
 fi
+
+# Exits non-zero when a step failed; the store-TLS tests then fail naming what is missing.
+"$(dirname "$0")/tls-setup.sh" || echo "tls: setup incomplete; the store TLS tests will fail"
 exit 0

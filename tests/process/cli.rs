@@ -77,6 +77,35 @@ fn check_config_reports_semantic_errors_with_route_and_field() {
 }
 
 #[test]
+fn check_config_reads_the_store_tls_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("ca.pem");
+    std::fs::write(&not_pem, "not a certificate").unwrap();
+    let cases = [
+        (
+            format!("[store]\nbackend = \"redis\"\nurl = \"rediss://db:6380\"\n[store.tls]\nca_file = {:?}\n", not_pem.display().to_string()),
+            "store.tls.ca_file",
+        ),
+        (
+            "[store]\nbackend = \"postgres\"\nurl = \"postgres://u@db/test?sslmode=verify-full&sslrootcert=/nonexistent/root.crt\"\n".to_owned(),
+            "store.url",
+        ),
+        (
+            "[store]\nbackend = \"redis\"\nurl = \"redis://db:6379\"\n[store.tls]\n".to_owned(),
+            "store.tls",
+        ),
+    ];
+    for (store, field) in cases {
+        let path = dir.path().join("store-tls.toml");
+        std::fs::write(&path, format!("[server]\nlisten = \"127.0.0.1:8080\"\n{store}")).unwrap();
+        let output = fencegate(&["check-config", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{store}");
+        assert!(stderr.contains(field), "{field}: {stderr}");
+    }
+}
+
+#[test]
 fn missing_config_file_is_a_clear_error() {
     let output = fencegate(&["serve", "--config", "/nonexistent/fencegate.toml"]);
     assert!(!output.status.success());

@@ -19,3 +19,4 @@ mod store_contract_postgres;
 mod store_contract_redis;
 mod store_identity;
 mod store_wipe;
+mod tls;

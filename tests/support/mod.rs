@@ -25,6 +25,7 @@ pub mod provider;
 pub mod raw;
 pub mod redis;
 pub mod relay;
+pub mod store_tls;
 pub mod stripe;
 pub mod tls;
 pub mod upstream;

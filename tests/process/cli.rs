@@ -97,7 +97,11 @@ fn check_config_reads_the_store_tls_files() {
     ];
     for (store, field) in cases {
         let path = dir.path().join("store-tls.toml");
-        std::fs::write(&path, format!("[server]\nlisten = \"127.0.0.1:8080\"\n{store}")).unwrap();
+        std::fs::write(
+            &path,
+            format!("[server]\nlisten = \"127.0.0.1:8080\"\n{store}"),
+        )
+        .unwrap();
         let output = fencegate(&["check-config", path.to_str().unwrap()]);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{store}");

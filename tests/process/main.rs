@@ -1,7 +1,8 @@
 //! The real `fencegate` binary as a child process: the command line, durability across restarts
 //! and `kill -9`, SIGTERM and SIGHUP, log lines, idempotency across a crash, hostile load under
-//! `prlimit` limits, and three replicas on one PostgreSQL schema or Redis prefix (the I1 history
-//! check across processes).
+//! `prlimit` limits, three replicas on one PostgreSQL schema or Redis prefix (the I1 history
+//! check across processes), and the official Stripe Python library through the binary to a fake
+//! provider (each payout charged once across retries, duplicates and a `kill -9`).
 //!
 //! One test binary for all of them: each links the whole crate. The resource limits
 //! (`prlimit --as`, `--nofile`) are set on the child only, never on this process, and the memory
@@ -20,3 +21,4 @@ mod log_escaping;
 mod reload;
 mod replicas;
 mod shutdown;
+mod stripe;

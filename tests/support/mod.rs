@@ -26,6 +26,7 @@ pub mod raw;
 pub mod redis;
 pub mod relay;
 pub mod store_tls;
+pub mod stripe;
 pub mod tls;
 pub mod upstream;
 

@@ -67,6 +67,38 @@ impl GatewayProcess {
         process
     }
 
+    /// Starts `fencegate serve --config config` on a file the test wrote itself, whose `listen`
+    /// is `addr`, so that a restart comes back on the same address. Its stderr is appended to
+    /// [`stderr_path`] of the file's directory, across restarts.
+    pub fn serve_file(config: &Path, addr: SocketAddr, env: &[(&str, &str)]) -> GatewayProcess {
+        let dir = config.parent().expect("the config file's directory");
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(stderr_path(dir))
+            .expect("open the stderr file");
+        let child = Command::new(binary())
+            .args(["serve", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("start fencegate");
+        let mut process = GatewayProcess {
+            child,
+            addr,
+            admin: None,
+        };
+        if let Err(status) = process.wait_listening_or_exit() {
+            let log = std::fs::read_to_string(stderr_path(dir)).unwrap_or_default();
+            panic!("fencegate exited during start-up: {status}\n{log}");
+        }
+        process
+    }
+
     /// Like `start`, with `extra_args` after `serve --config FILE`, `RUST_LOG=rust_log`, and
     /// stderr written to [`stderr_path`]`(dir)` for the test to read.
     pub fn start_logging(

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, only where missing, what the differential test's upstreams need:
-#   nginx (Debian, with the DAV module), golang-go (Debian), Flask 3 (pip), Express 5 (npm).
+#   nginx (Debian, with the DAV module), golang-go (Debian), Flask 3 (pip), Express 5 (npm),
+# and the Stripe end-to-end test's client library: stripe 16.1.0 (pip).
 # Idempotent; runnable from any directory. Prints one line per tool and exits non-zero, naming
 # what failed, if any install fails.
 set -u
@@ -66,6 +67,30 @@ else
   else
     echo "flask: FAILED to install (python3 -m pip install flask)"
     failed+=(flask)
+  fi
+fi
+
+# The official Stripe Python library, pinned, for tests/process/stripe.rs (with requests, its
+# HTTP client, which pip brings along).
+STRIPE_VERSION=16.1.0
+stripe_version() { python3 -c 'import importlib.metadata as m; print(m.version("stripe"))' 2>/dev/null; }
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "stripe: FAILED: no python3 on PATH"
+  failed+=(stripe)
+elif [ "$(stripe_version)" = "$STRIPE_VERSION" ] && python3 -c 'import stripe, requests' >/dev/null 2>&1; then
+  echo "stripe: present ($STRIPE_VERSION)"
+else
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    apt_install python3-pip >/dev/null 2>&1 || true
+  fi
+  # A Debian system python refuses plain pip installs (PEP 668); retry with the override there.
+  if { python3 -m pip install -q "stripe==$STRIPE_VERSION" \
+       || python3 -m pip install -q --break-system-packages "stripe==$STRIPE_VERSION"; } \
+      && python3 -c 'import stripe, requests' >/dev/null 2>&1; then
+    echo "stripe: installed ($(stripe_version))"
+  else
+    echo "stripe: FAILED to install (python3 -m pip install stripe==$STRIPE_VERSION)"
+    failed+=(stripe)
   fi
 fi
 

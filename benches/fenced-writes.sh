@@ -9,7 +9,11 @@
 #                                         # SHAPE-ORDERING-BACKEND with SHAPE = spread | hot (one key),
 #                                         # ORDERING = serialize | none (benches/ordering.sh uses these),
 #                                         # baseline (passthrough through the build BASELINE_BIN names,
-#                                         # for an A/B of two builds in one run)
+#                                         # for an A/B of two builds in one run),
+#                                         # passthrough-tls-listener / nginx-tls-listener (TLS from
+#                                         # the client, plain to the upstream), passthrough-tls-upstream /
+#                                         # nginx-tls-upstream (plain from the client, TLS to an nginx
+#                                         # upstream, kept alive), passthrough-tls-both
 #   FENCEGATE_BIN=path benches/fenced-writes.sh  # measure that build instead of target/release
 #
 # PostgreSQL (127.0.0.1:5432, database test, schema fencegate_bench, recreated) and Redis
@@ -19,6 +23,11 @@
 # Every fenced request carries a new, larger token for its key (a real durable advance, not a
 # repeat of a known token): request n writes key n % KEYS with token BASE + n. The upstream is
 # nginx answering `return 200` with keep-alive (installed from Debian if missing); load is wrk.
+#
+# The TLS paths use one throw-away CA (benches/tls.sh, made with openssl in the work directory)
+# for fencegate and nginx alike; before measuring, the script checks that one request on each TLS
+# path is answered 200 and that a route trusting another CA is answered 502 upstream-tls, and
+# stops otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -30,12 +39,18 @@ KEYS=${KEYS:-10000}
 UPSTREAM_PORT=${UPSTREAM_PORT:-19000}
 NGINX_PROXY_PORT=${NGINX_PROXY_PORT:-19001}
 GATEWAY_PORT=${GATEWAY_PORT:-18080}
+UPSTREAM_TLS_PORT=${UPSTREAM_TLS_PORT:-19002}
+NGINX_TLS_LISTENER_PORT=${NGINX_TLS_LISTENER_PORT:-19003}
+NGINX_TLS_UPSTREAM_PORT=${NGINX_TLS_UPSTREAM_PORT:-19004}
+TLS_GATEWAY_PORT=${TLS_GATEWAY_PORT:-18090}
 BACKENDS=${BACKENDS:-"embedded postgres redis"}
 PATHS=${PATHS:-"direct passthrough $(for b in $BACKENDS; do printf 'fenced-%s ' "$b"; done)"}
 REDIS_PREFIX="fencegate-bench:$(date +%s):"
 
 # shellcheck source=benches/common.sh
 source benches/common.sh
+# shellcheck source=benches/tls.sh
+source benches/tls.sh
 need wrk wrk
 need nginx nginx-light
 
@@ -58,6 +73,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The TLS paths' certificates and the nginx servers that use them (none without a TLS path).
+upstream_tls_server="" nginx_tls_servers=""
+case " $PATHS " in
+  *-tls-*)
+    tls_certs "$work/tls"
+    upstream_tls_server=$(tls_nginx_upstream_server "$work/tls" "$UPSTREAM_TLS_PORT")
+    nginx_tls_servers=$(tls_nginx_proxy_servers "$work/tls" "$UPSTREAM_TLS_PORT" "$NGINX_TLS_LISTENER_PORT" "$NGINX_TLS_UPSTREAM_PORT") ;;
+esac
+
 # Two nginx instances, so the reference proxy's CPU time can be read apart from the upstream's.
 cat > "$work/upstream.conf" <<NGINX
 worker_processes 1;
@@ -71,6 +95,7 @@ http {
     listen 127.0.0.1:$UPSTREAM_PORT;
     location / { return 200 "ok"; }
   }
+$upstream_tls_server
 }
 NGINX
 # The reference proxy: nginx proxy_pass with upstream keep-alive, in front of the same upstream,
@@ -95,6 +120,7 @@ http {
       proxy_set_header Connection "";
     }
   }
+$nginx_tls_servers
 }
 NGINX
 nginx -c "$work/upstream.conf"
@@ -180,6 +206,59 @@ case " $PATHS " in
     ;;
 esac
 
+# start_gateway NAME PORT: fencegate on $work/NAME.toml, which listens on PORT.
+start_gateway() {
+  local name=$1
+  port[$name]=$2
+  RUST_LOG=error "$FENCEGATE_BIN" serve --config "$work/$name.toml" &
+  gateway_pids+=($!)
+  gateway_pid[$name]=$!
+  for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null && break; sleep 0.1; done
+  sleep 0.2
+  kill -0 "${gateway_pid[$name]}" 2>/dev/null ||
+    { echo "fenced-writes.sh: the $name gateway did not start (port $2 taken?)" >&2; exit 1; }
+}
+
+# tls_check STATUS URL [CURL ARGS]: stops the script unless one request to URL is answered STATUS;
+# the body is left in $work/tls/check.body.
+tls_check() {
+  local want=$1 url=$2 status
+  shift 2
+  status=$(curl -sS -o "$work/tls/check.body" -w '%{http_code}' "$@" "$url") || status="no answer"
+  [ "$status" = "$want" ] ||
+    { echo "fenced-writes.sh: $url answered $status, expected $want: $(head -c 300 "$work/tls/check.body")" >&2; exit 1; }
+}
+
+# The TLS paths' gateways, then one request on each TLS path and the verification check, before
+# anything is measured.
+case " $PATHS " in
+  *-tls-*)
+    tls_port=$TLS_GATEWAY_PORT
+    plain_upstream=http://127.0.0.1:$UPSTREAM_PORT tls_upstream=https://127.0.0.1:$UPSTREAM_TLS_PORT
+    for spec in "tls-listener tls $plain_upstream" "tls-upstream plain $tls_upstream" "tls-both tls $tls_upstream"; do
+      read -r name listener upstream <<<"$spec"
+      mkdir -p "$work/$name"
+      {
+        tls_gateway_toml "$work/tls" "$work/$name" "$tls_port" "$listener" "$upstream"
+        [ "$name" != tls-upstream ] || tls_wrong_ca_route "$work/tls" "$tls_upstream"
+      } >"$work/$name.toml"
+      start_gateway "$name" "$tls_port"
+      tls_port=$((tls_port + 1))
+    done
+    ca=(--cacert "$work/tls/ca.crt")
+    tls_check 200 "https://127.0.0.1:${port[tls-listener]}/plain/1" "${ca[@]}"
+    tls_check 200 "http://127.0.0.1:${port[tls-upstream]}/plain/1"
+    tls_check 200 "https://127.0.0.1:${port[tls-both]}/plain/1" "${ca[@]}"
+    tls_check 200 "https://127.0.0.1:$NGINX_TLS_LISTENER_PORT/plain/1" "${ca[@]}"
+    tls_check 200 "http://127.0.0.1:$NGINX_TLS_UPSTREAM_PORT/plain/1"
+    tls_check 502 "http://127.0.0.1:${port[tls-upstream]}/wrong-ca/1"
+    problem_type=$(grep -o '"type" *: *"[^"]*"' "$work/tls/check.body" | sed 's/.*: *"\(.*\)"/\1/' || true)
+    case $problem_type in
+      *upstream-tls*) echo "fenced-writes.sh: wrong CA: 502, problem type $problem_type" >&2 ;;
+      *) echo "fenced-writes.sh: wrong CA: 502 without an upstream-tls problem type: $(head -c 300 "$work/tls/check.body")" >&2; exit 1 ;;
+    esac ;;
+esac
+
 # The stale paths' keys get a mark far above the token their requests carry (a claim, which
 # also puts the mark in the gateway's cache).
 for backend in $BACKENDS; do
@@ -263,6 +342,8 @@ run() {
   p99=$(awk '$1=="99%" {print $2}' <<<"$out" | to_us)
   bad=$(awk '/^non2xx/ {print $2}' <<<"$out")
   requests=$(awk '/requests in/ {print $1}' <<<"$out")
+  # Refused connections, failed handshakes and timeouts are no HTTP status: say so, not only non2xx.
+  grep 'Socket errors' <<<"$out" | sed "s|^ *|$url: |" >&2 || true
   if [ -n "${CPU_PIDS:-}" ] && [ "${requests:-0}" -gt 0 ]; then
     cpu=$(awk -v t=$(( (after - before) * TICK_US )) -v n="$requests" 'BEGIN {printf "%.1f", t / n}')
   fi
@@ -299,6 +380,9 @@ SQL
 }
 
 
+# The reference proxy's master and workers, for CPU_PIDS.
+nginx_cpu_pids() { echo "$(cat "$work/nginx.pid") $(pgrep -P "$(cat "$work/nginx.pid")" | tr '\n' ' ')"; }
+
 paths=$PATHS
 
 declare -A results
@@ -308,8 +392,20 @@ for round in $(seq 1 "$ROUNDS"); do
     case $path in
       direct) line=$(run "http://127.0.0.1:$UPSTREAM_PORT/plain/1" "$work/plain.lua") ;;
       nginx)
-        CPU_PIDS="$(cat "$work/nginx.pid") $(pgrep -P "$(cat "$work/nginx.pid")" | tr '\n' ' ')"
+        CPU_PIDS=$(nginx_cpu_pids)
         line=$(run "http://127.0.0.1:$NGINX_PROXY_PORT/plain/1" "$work/plain.lua") ;;
+      nginx-tls-listener)
+        CPU_PIDS=$(nginx_cpu_pids)
+        line=$(run "https://127.0.0.1:$NGINX_TLS_LISTENER_PORT/plain/1" "$work/plain.lua") ;;
+      nginx-tls-upstream)
+        CPU_PIDS=$(nginx_cpu_pids)
+        line=$(run "http://127.0.0.1:$NGINX_TLS_UPSTREAM_PORT/plain/1" "$work/plain.lua") ;;
+      passthrough-tls-listener | passthrough-tls-upstream | passthrough-tls-both)
+        gateway=${path#passthrough-}
+        CPU_PIDS=${gateway_pid[$gateway]}
+        scheme=https
+        [ "$gateway" = tls-upstream ] && scheme=http
+        line=$(run "$scheme://127.0.0.1:${port[$gateway]}/plain/1" "$work/plain.lua") ;;
       passthrough)
         CPU_PIDS=${gateway_pid[$first_backend]}
         line=$(run "http://127.0.0.1:${port[$first_backend]}/plain/1" "$work/plain.lua") ;;

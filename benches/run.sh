@@ -32,6 +32,7 @@ table() {
 }
 
 table proxy 128 embedded "direct nginx passthrough"
+table tls 128 embedded "passthrough nginx passthrough-tls-listener nginx-tls-listener passthrough-tls-upstream nginx-tls-upstream passthrough-tls-both"
 table stores 64 "embedded postgres redis" \
   "passthrough fenced-embedded fenced-postgres spread-none-postgres fenced-redis pgbench-upsert stale-embedded idem-embedded"
 table ordering 64 "embedded postgres redis" \
@@ -108,6 +109,18 @@ mib_million=$(awk -v b="$bytes_per_key" 'BEGIN {printf "%.0f", b * 1000000 / 104
   echo
   echo "## Proxy path (c=128)"
   cat "$work/proxy.md"
+  echo
+  echo "## TLS (c=128)"
+  echo
+  echo "\`-tls-listener\`: TLS from wrk to the proxy, plain to the upstream; \`-tls-upstream\`: plain from wrk,"
+  echo "TLS to the same nginx \`return 200\` listening with ssl (HTTP/1.1, kept alive; both proxies verify its"
+  echo "certificate against one throw-away CA and the name localhost); \`-tls-both\`: both legs. One EC P-256"
+  echo "certificate throughout (benches/tls.sh); nginx is allowed TLS 1.2 and 1.3, as fencegate is. wrk keeps"
+  echo "its connections, so a run has few handshakes. wrk's own TLS work on the listener paths shares the"
+  echo "cores; CPU µs/request counts the proxy's processes only."
+  cat "$work/tls.md"
+  echo
+  benches/tls-ratios.sh "$work/tls.txt"
   echo
   echo "## Stores (c=64)"
   echo

@@ -37,7 +37,11 @@ enum Command {
     /// Validate a configuration file without serving; exits non-zero with the first error.
     CheckConfig {
         /// The configuration file (TOML).
-        file: PathBuf,
+        #[arg(required_unless_present = "config", conflicts_with = "config")]
+        file: Option<PathBuf>,
+        /// The same file, named as every other subcommand takes it.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// Operate on the fence store.
     Store {
@@ -128,20 +132,7 @@ fn main() -> ExitCode {
         eprintln!("warning: logging not started: {e}");
     }
     match cli.command {
-        Command::CheckConfig { file } => match Compiled::load(&file) {
-            Ok(compiled) => {
-                println!(
-                    "{}: ok ({} routes)",
-                    file.display(),
-                    compiled.config.routes.len()
-                );
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::CheckConfig { file, config } => check_config(file.or(config)),
         Command::Serve { config, .. } => serve(&config),
         Command::Migrate { config } => migrate(&config),
         Command::Store {
@@ -344,5 +335,27 @@ async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => tracing::info!("SIGINT received"),
         () = terminate => tracing::info!("SIGTERM received"),
+    }
+}
+
+/// `check-config`: compiles the file as `serve` would, without serving.
+fn check_config(file: Option<PathBuf>) -> ExitCode {
+    let Some(file) = file else {
+        eprintln!("error: name the configuration file: fencegate check-config --config FILE");
+        return ExitCode::FAILURE;
+    };
+    match Compiled::load(&file) {
+        Ok(compiled) => {
+            println!(
+                "{}: ok ({} routes)",
+                file.display(),
+                compiled.config.routes.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

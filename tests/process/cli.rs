@@ -76,6 +76,55 @@ fn check_config_reports_semantic_errors_with_route_and_field() {
     );
 }
 
+/// Two shipped configs with one `state_dir` must name one store: the directory records the store
+/// it adopted, and trying `config/postgres.toml` and then `config/redis.toml` used to lock fenced
+/// traffic out with a message about a wiped store.
+#[test]
+fn shipped_configs_that_share_a_state_dir_share_the_store() {
+    use fencegate::config::StoreConfig;
+    let mut seen: Vec<(std::path::PathBuf, String, &str)> = Vec::new();
+    for file in [
+        "config/fencegate.toml",
+        "config/docker.toml",
+        "config/postgres.toml",
+        "config/redis.toml",
+        "config/stripe.toml",
+    ] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let config = fencegate::config::load_file(&path).unwrap_or_else(|e| panic!("{e}"));
+        let store = match &config.store {
+            StoreConfig::Embedded(c) => format!("embedded {}", c.path.display()),
+            StoreConfig::Postgres(c) => format!("postgres {} {}", c.url, c.schema),
+            StoreConfig::Redis(c) => format!("redis {} {}", c.url, c.key_prefix),
+        };
+        for (dir, other_store, other_file) in &seen {
+            assert!(
+                *dir != config.server.state_dir || *other_store == store,
+                "{file} and {other_file} share state_dir {} but not the store: {store} / {other_store}",
+                dir.display()
+            );
+        }
+        seen.push((config.server.state_dir.clone(), store, file));
+    }
+}
+
+#[test]
+fn check_config_takes_the_file_as_every_subcommand_does() {
+    let path = format!("{}/config/fencegate.toml", env!("CARGO_MANIFEST_DIR"));
+    for args in [
+        vec!["check-config", path.as_str()],
+        vec!["check-config", "--config", path.as_str()],
+    ] {
+        let output = fencegate(&args);
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    assert!(!fencegate(&["check-config"]).status.success());
+}
+
 #[test]
 fn check_config_reads_the_store_tls_files() {
     let dir = tempfile::tempdir().unwrap();

@@ -13,17 +13,22 @@ fn fencegate(args: &[&str]) -> std::process::Output {
         .expect("run fencegate")
 }
 
+/// The configurations under `config/`, the examples users copy.
+const EXAMPLE_CONFIGS: [&str; 5] = [
+    "config/fencegate.toml",
+    "config/docker.toml",
+    "config/postgres.toml",
+    "config/redis.toml",
+    "config/stripe.toml",
+];
+
 #[test]
 fn shipped_example_configs_are_valid() {
-    for file in [
-        "config/fencegate.toml",
-        "config/docker.toml",
-        "config/postgres.toml",
-        "config/redis.toml",
-        "config/stripe.toml",
+    let deploy = [
         "deploy/fencegate-replica-1.toml",
         "deploy/fencegate-replica-2.toml",
-    ] {
+    ];
+    for file in EXAMPLE_CONFIGS.into_iter().chain(deploy) {
         let path = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
         // config/stripe.toml reads the provider's secret key from the environment.
         let output = Command::new(binary())
@@ -83,13 +88,7 @@ fn check_config_reports_semantic_errors_with_route_and_field() {
 fn shipped_configs_that_share_a_state_dir_share_the_store() {
     use fencegate::config::StoreConfig;
     let mut seen: Vec<(std::path::PathBuf, String, &str)> = Vec::new();
-    for file in [
-        "config/fencegate.toml",
-        "config/docker.toml",
-        "config/postgres.toml",
-        "config/redis.toml",
-        "config/stripe.toml",
-    ] {
+    for file in EXAMPLE_CONFIGS {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
         let config = fencegate::config::load_file(&path).unwrap_or_else(|e| panic!("{e}"));
         let store = match &config.store {

@@ -49,17 +49,8 @@ impl GatewayProcess {
             super::gateway::config_text_with_store(dir, &addr.to_string(), store_toml, routes_toml);
         let config = dir.join("fencegate.toml");
         std::fs::write(&config, text).expect("write config");
-        let child = Command::new(binary())
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env("RUST_LOG", "warn")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start fencegate");
         let mut process = GatewayProcess {
-            child,
+            child: spawn_serve(&config, &[], "warn", env, Stdio::inherit()),
             addr,
             admin: None,
         };
@@ -77,18 +68,8 @@ impl GatewayProcess {
             .append(true)
             .open(stderr_path(dir))
             .expect("open the stderr file");
-        let child = Command::new(binary())
-            .args(["serve", "--config"])
-            .arg(config)
-            .env("RUST_LOG", "warn")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("start fencegate");
         let mut process = GatewayProcess {
-            child,
+            child: spawn_serve(config, &[], "warn", env, stderr.into()),
             addr,
             admin: None,
         };
@@ -112,18 +93,8 @@ impl GatewayProcess {
         let config = dir.join("fencegate.toml");
         std::fs::write(&config, text).expect("write config");
         let stderr = std::fs::File::create(stderr_path(dir)).expect("create stderr file");
-        let child = Command::new(binary())
-            .args(["serve", "--config"])
-            .arg(&config)
-            .args(extra_args)
-            .env("RUST_LOG", rust_log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("start fencegate");
         let mut process = GatewayProcess {
-            child,
+            child: spawn_serve(&config, extra_args, rust_log, &[], stderr.into()),
             addr,
             admin: None,
         };
@@ -337,4 +308,26 @@ impl Drop for GatewayProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `fencegate serve --config config extra_args` with `RUST_LOG=rust_log` and `env`, no stdin or
+/// stdout, and stderr where the caller says.
+fn spawn_serve(
+    config: &Path,
+    extra_args: &[&str],
+    rust_log: &str,
+    env: &[(&str, &str)],
+    stderr: Stdio,
+) -> std::process::Child {
+    Command::new(binary())
+        .args(["serve", "--config"])
+        .arg(config)
+        .args(extra_args)
+        .env("RUST_LOG", rust_log)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start fencegate")
 }

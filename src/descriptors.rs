@@ -60,6 +60,9 @@ impl Need {
             }
             // A writer and a reader connection, and one per serving thread at most.
             StoreConfig::Redis(_) => workers + 4,
+            // Pooled HTTP connections: the batches of each serving thread, the reads, the turns
+            // and the watches.
+            StoreConfig::Etcd(_) => workers * 2 + 8,
             // SQLite: the database, its WAL and shared memory, per pooled connection.
             StoreConfig::Embedded(_) => 16,
         };

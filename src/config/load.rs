@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Config, ConfigError, StoreConfig, MIN_MAX_HEADER_BYTES};
+use super::{
+    Config, ConfigError, EtcdStoreConfig, StoreConfig, DEFAULT_ETCD_MAX_BATCH, MIN_MAX_HEADER_BYTES,
+};
 
 /// Reads, parses and validates the file at `path`.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
@@ -95,9 +97,48 @@ fn validate(config: &Config, origin: &Path) -> Result<(), ConfigError> {
                 "must not be empty: fencegate's keys must be told apart",
             ));
         }
+        StoreConfig::Etcd(etcd) => validate_etcd(etcd).map_err(|(f, m)| store_error(f, m))?,
         _ => {}
     }
     Ok(())
+}
+
+/// `[store] backend = "etcd"`: endpoints that can be reached, a prefix, a batch etcd accepts, and
+/// a password only by reference. `Err`: the field below `store.` and why.
+fn validate_etcd(etcd: &EtcdStoreConfig) -> Result<(), (&'static str, &'static str)> {
+    if etcd.endpoints.is_empty() {
+        return Err((
+            "endpoints",
+            "name at least one client URL, e.g. \"http://127.0.0.1:2379\"",
+        ));
+    }
+    let scheme_ok = |e: &String| e.starts_with("http://") || e.starts_with("https://");
+    if !etcd.endpoints.iter().all(scheme_ok) {
+        return Err(("endpoints", "each endpoint is an http:// or https:// URL"));
+    }
+    if etcd.key_prefix.is_empty() {
+        return Err((
+            "key_prefix",
+            "must not be empty: fencegate's keys must be told apart",
+        ));
+    }
+    if etcd.max_batch > DEFAULT_ETCD_MAX_BATCH {
+        return Err((
+            "max_batch",
+            "at most 120: etcd refuses larger transactions under its default --max-txn-ops (128)",
+        ));
+    }
+    if etcd.request_timeout.is_zero() {
+        return Err(("request_timeout", "must be more than zero"));
+    }
+    match (&etcd.username, &etcd.password_env) {
+        (Some(_), None) => Err((
+            "password_env",
+            "a username needs the variable holding its password",
+        )),
+        (None, Some(_)) => Err(("username", "password_env needs the username it belongs to")),
+        _ => Ok(()),
+    }
 }
 
 /// The `[server]` limits: each must leave the listener able to serve at all.

@@ -31,6 +31,15 @@ pub const DEFAULT_TURN_MARGIN: Duration = Duration::from_secs(5);
 pub const DEFAULT_POSTGRES_BATCHES_IN_FLIGHT: usize = 1;
 /// Prefix of fencegate's Redis keys unless the file names another.
 pub const DEFAULT_REDIS_KEY_PREFIX: &str = "fencegate:";
+/// Prefix of fencegate's etcd keys unless the file names another.
+pub const DEFAULT_ETCD_KEY_PREFIX: &str = "fencegate/";
+/// Most advances in one etcd transaction. etcd refuses a transaction with more operations than
+/// its `--max-txn-ops` (128 by default) at any level, and a nested transaction may use only what
+/// the levels above it left: each advance is one operation, and its two nested levels need one
+/// each of what remains, so 126 is the most; 120 leaves a margin.
+pub const DEFAULT_ETCD_MAX_BATCH: usize = 120;
+/// How long one request to etcd may take before the gateway gives up on that endpoint.
+pub const DEFAULT_ETCD_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `[store]`: where high-water marks live, chosen by `backend`.
 #[derive(Debug, Clone, Deserialize)]
@@ -39,6 +48,7 @@ pub enum StoreConfig {
     Embedded(EmbeddedStoreConfig),
     Postgres(PostgresStoreConfig),
     Redis(RedisStoreConfig),
+    Etcd(EtcdStoreConfig),
 }
 
 impl StoreConfig {
@@ -48,6 +58,7 @@ impl StoreConfig {
             StoreConfig::Embedded(_) => "embedded",
             StoreConfig::Postgres(_) => "postgres",
             StoreConfig::Redis(_) => "redis",
+            StoreConfig::Etcd(_) => "etcd",
         }
     }
 
@@ -57,6 +68,7 @@ impl StoreConfig {
             StoreConfig::Embedded(c) => c.cache_capacity,
             StoreConfig::Postgres(c) => c.cache_capacity,
             StoreConfig::Redis(c) => c.cache_capacity,
+            StoreConfig::Etcd(c) => c.cache_capacity,
         }
     }
 
@@ -66,6 +78,7 @@ impl StoreConfig {
             StoreConfig::Embedded(_) => Duration::ZERO,
             StoreConfig::Postgres(c) => c.turn_margin,
             StoreConfig::Redis(c) => c.turn_margin,
+            StoreConfig::Etcd(c) => c.turn_margin,
         }
     }
 
@@ -75,6 +88,7 @@ impl StoreConfig {
             StoreConfig::Embedded(c) => c.max_batch,
             StoreConfig::Postgres(c) => c.max_batch,
             StoreConfig::Redis(c) => c.max_batch,
+            StoreConfig::Etcd(c) => c.max_batch,
         }
     }
 }
@@ -158,6 +172,49 @@ pub struct RedisStoreConfig {
     /// The CAs and client certificate for a `rediss://` URL (without it: the bundled web roots).
     #[serde(default)]
     pub tls: Option<StoreTlsConfig>,
+}
+
+/// `[store] backend = "etcd"`: marks in an etcd cluster (consensus: an accepted advance is on a
+/// quorum's disks), compared and raised in one transaction per batch.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdStoreConfig {
+    /// The cluster's client URLs, e.g. `["http://127.0.0.1:2379"]`, or `https://` for TLS. A
+    /// request that cannot reach one endpoint goes to the next.
+    pub endpoints: Vec<String>,
+    /// Prefix of every etcd key fencegate writes.
+    #[serde(default = "default_etcd_key_prefix")]
+    pub key_prefix: String,
+    /// A user of etcd's authentication, with `password_env` naming the environment variable
+    /// that holds the password (never the password itself in the file).
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// How long one request may take before the endpoint counts as unreachable.
+    #[serde(default = "default_etcd_request_timeout", with = "duration")]
+    pub request_timeout: Duration,
+    /// As for PostgreSQL: how much longer than its forward can last a key's turn stays leased.
+    #[serde(default = "default_turn_margin", with = "duration")]
+    pub turn_margin: Duration,
+    /// Most advances in one transaction (at most the cluster's `--max-txn-ops`).
+    #[serde(default = "default_etcd_max_batch")]
+    pub max_batch: usize,
+    #[serde(default = "default_cache_capacity")]
+    pub cache_capacity: usize,
+    /// The CAs and client certificate for `https://` endpoints (without it: the web roots).
+    #[serde(default)]
+    pub tls: Option<StoreTlsConfig>,
+}
+
+fn default_etcd_key_prefix() -> String {
+    DEFAULT_ETCD_KEY_PREFIX.to_owned()
+}
+fn default_etcd_max_batch() -> usize {
+    DEFAULT_ETCD_MAX_BATCH
+}
+fn default_etcd_request_timeout() -> Duration {
+    DEFAULT_ETCD_REQUEST_TIMEOUT
 }
 
 fn default_embedded_path() -> PathBuf {

@@ -2,7 +2,7 @@
 //! This module owns the `FenceStore` trait, its answers and errors, and the opening of the backend
 //! the `[store]` table names; each backend is a directory of its own.
 //!
-//! - `embedded/`, `postgres/`, `redis/`: the backends, each with its own schema and encoding.
+//! - `embedded/`, `postgres/`, `redis/`, `etcd/`: the backends, each with its own schema and encoding.
 //! - `plumbing/`: request queues and batching shared by the backends.
 //! - `guard/`: what the gateway keeps around a backend: `CheckedStore` (a concrete wrapper: the
 //!   mark cache and trust), `Measured` (the store metrics), the adopted identity and the replica
@@ -10,6 +10,7 @@
 //! - `intents.rs`, `turns.rs`: the intent-record and key-turn traits the backends implement.
 
 mod embedded;
+mod etcd;
 mod guard;
 pub mod intents;
 mod plumbing;
@@ -18,6 +19,7 @@ mod redis;
 mod turns;
 
 pub use embedded::EmbeddedStore;
+pub use etcd::{EtcdStore, EtcdTurns};
 pub use guard::adoption;
 pub use guard::cache::MarkCache;
 pub use guard::checked::{AdvanceMade, CheckedStore};
@@ -239,6 +241,7 @@ pub fn check_settings(config: &StoreConfig) -> Result<(), crate::tls::StoreTlsEr
         StoreConfig::Embedded(_) => Ok(()),
         StoreConfig::Postgres(postgres) => postgres::check_tls(postgres),
         StoreConfig::Redis(redis) => redis::check_tls(redis),
+        StoreConfig::Etcd(etcd) => etcd::check_tls(etcd),
     }
 }
 
@@ -262,6 +265,11 @@ pub async fn open(config: &StoreConfig, holder: &str) -> Result<Backend, StoreEr
         }
         StoreConfig::Redis(redis) => {
             let store = RedisStore::open(redis).await?;
+            let turns = store.turns(holder);
+            Backend::of(store, Some(Arc::new(turns)))
+        }
+        StoreConfig::Etcd(etcd) => {
+            let store = EtcdStore::open(etcd).await?;
             let turns = store.turns(holder);
             Backend::of(store, Some(Arc::new(turns)))
         }

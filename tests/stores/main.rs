@@ -15,6 +15,7 @@ mod fail_closed;
 mod idempotency;
 mod shared_gate;
 mod store_contract;
+mod store_contract_etcd;
 mod store_contract_postgres;
 mod store_contract_redis;
 mod store_identity;

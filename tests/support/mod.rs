@@ -9,6 +9,7 @@ pub mod cell_store;
 pub mod client;
 pub mod contract;
 pub mod counting_upstream;
+pub mod etcd;
 pub mod fault_checks;
 pub mod fault_upstream;
 pub mod frameworks;

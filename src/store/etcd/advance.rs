@@ -1,0 +1,245 @@
+//! The compare-and-advance on etcd: one transaction per batch, holding one nested transaction per
+//! key that raises the mark only when the key has none or its stored value orders below the
+//! token, and answers the mark it found. The whole batch runs only while the store identity
+//! record is the adopted one.
+
+use std::collections::BTreeMap;
+
+use tokio::sync::oneshot;
+
+use super::client::EtcdClient;
+use super::error::{unexpected, wrap};
+use super::keys::{decode_mark, encode_mark, Keys};
+use super::wire::{
+    Compare, PutRequest, RangeRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse,
+};
+use crate::config::Compare as CompareMode;
+use crate::store::guard::expected::mismatch_reason;
+use crate::store::{decide, Advance, StoreError};
+
+/// One advance asked of the store, answered on `reply`.
+pub(super) struct AdvanceRequest {
+    pub(super) key: String,
+    pub(super) token: u64,
+    pub(super) compare: CompareMode,
+    pub(super) reply: oneshot::Sender<Result<Advance, StoreError>>,
+}
+
+/// The nested transaction that raises `mark_key` to `token` unless its mark is already at
+/// least that: put (answering the previous value) when the key is absent or below, else read.
+pub(super) fn raise_mark(mark_key: &str, token: u64) -> RequestOp {
+    let stored = encode_mark(token);
+    let put = || {
+        RequestOp::RequestPut(PutRequest {
+            key: mark_key.into(),
+            value: stored.clone().into(),
+            lease: 0,
+            prev_kv: true,
+        })
+    };
+    RequestOp::RequestTxn(TxnRequest {
+        compare: vec![Compare::absent(mark_key)],
+        success: vec![put()],
+        failure: vec![RequestOp::RequestTxn(TxnRequest {
+            compare: vec![Compare::value_below(mark_key, stored.clone())],
+            success: vec![put()],
+            failure: vec![read(mark_key)],
+        })],
+    })
+}
+
+/// A read of one key.
+pub(super) fn read(key: &str) -> RequestOp {
+    RequestOp::RequestRange(RangeRequest {
+        key: key.into(),
+        ..Default::default()
+    })
+}
+
+/// The mark a [`raise_mark`] found before it ran (`None`: the key had none), checked against
+/// the token it was given: a put answers a mark below the token, a read one at or above it.
+pub(super) fn mark_found(answer: &ResponseOp, token: u64) -> Result<Option<u64>, StoreError> {
+    let ResponseOp::ResponseTxn(outer) = answer else {
+        return Err(unexpected(format!("a mark's advance answered {answer:?}")));
+    };
+    if outer.succeeded {
+        return match outer.responses.first() {
+            Some(ResponseOp::ResponsePut(put)) if put.prev_kv.is_none() => Ok(None),
+            other => Err(unexpected(format!("a first mark's put answered {other:?}"))),
+        };
+    }
+    let Some(ResponseOp::ResponseTxn(inner)) = outer.responses.first() else {
+        return Err(unexpected(format!(
+            "a mark's comparison answered {outer:?}"
+        )));
+    };
+    let (found, raised) = match inner.responses.first() {
+        Some(ResponseOp::ResponsePut(put)) if inner.succeeded => {
+            (put.prev_kv.as_ref().map(|kv| kv.value.0.as_slice()), true)
+        }
+        Some(ResponseOp::ResponseRange(range)) if !inner.succeeded => {
+            (range.kvs.first().map(|kv| kv.value.0.as_slice()), false)
+        }
+        other => return Err(unexpected(format!("a mark's update answered {other:?}"))),
+    };
+    let Some(found) = found else {
+        return Err(unexpected("a mark vanished inside its own transaction"));
+    };
+    let mark = decode_mark(found).map_err(unexpected)?;
+    if raised != (mark < token) {
+        return Err(unexpected(format!(
+            "etcd {} mark {mark} for token {token}",
+            if raised { "raised" } else { "kept" }
+        )));
+    }
+    Ok(Some(mark))
+}
+
+/// The comparison that the store is still the adopted one (`expected`: its id as adopted).
+pub(super) fn identity_holds(keys: &Keys, expected: &str) -> Compare {
+    Compare::value_is(keys.store_id(), super::identity::record_of(expected))
+}
+
+/// Reads why a transaction guarded by [`identity_holds`] did not run: its failure branch read
+/// the identity record.
+pub(super) fn identity_refusal(answer: &TxnResponse, expected: &str) -> StoreError {
+    let found = answer.responses.iter().find_map(|op| match op {
+        ResponseOp::ResponseRange(range) => Some(
+            range
+                .kvs
+                .first()
+                .and_then(|kv| kv.value.text())
+                .map(str::to_owned),
+        ),
+        _ => None,
+    });
+    StoreError::Untrusted {
+        reason: mismatch_reason(
+            super::identity::record_of(expected),
+            found.flatten().as_deref(),
+        ),
+    }
+}
+
+/// Runs one batch: one transaction, one nested transaction per key (with its largest token),
+/// and answers every request of the batch in order, as if each had run alone in turn.
+pub(super) async fn run_batch(
+    client: &EtcdClient,
+    keys: &Keys,
+    batch: Vec<AdvanceRequest>,
+    expected: Option<&str>,
+) {
+    let mut largest: BTreeMap<&str, u64> = BTreeMap::new();
+    for request in &batch {
+        let entry = largest.entry(request.key.as_str()).or_insert(request.token);
+        *entry = (*entry).max(request.token);
+    }
+    let txn = TxnRequest {
+        compare: expected
+            .map(|id| vec![identity_holds(keys, id)])
+            .unwrap_or_default(),
+        success: largest
+            .iter()
+            .map(|(key, token)| raise_mark(&keys.mark(key), *token))
+            .collect(),
+        failure: vec![read(&keys.store_id())],
+    };
+    let answer: Result<TxnResponse, StoreError> =
+        client.call("/v3/kv/txn", &txn).await.map_err(wrap);
+    let found = answer.and_then(|answer| {
+        if !answer.succeeded {
+            return Err(match expected {
+                Some(id) => identity_refusal(&answer, id),
+                None => unexpected("an unconditional transaction did not run"),
+            });
+        }
+        if answer.responses.len() != largest.len() {
+            return Err(unexpected(format!(
+                "{} answers for {} marks",
+                answer.responses.len(),
+                largest.len()
+            )));
+        }
+        Ok(largest
+            .iter()
+            .zip(&answer.responses)
+            .map(|((key, token), op)| (key.to_string(), mark_found(op, *token)))
+            .collect::<BTreeMap<String, Result<Option<u64>, StoreError>>>())
+    });
+    let mut found = match found {
+        Ok(found) => found,
+        Err(error) => {
+            for request in batch {
+                let _ = request.reply.send(Err(error.again()));
+            }
+            return;
+        }
+    };
+    // Requests of one key, in the order they came: each sees the mark the ones before it left.
+    for request in batch {
+        let answer = match found.get_mut(&request.key) {
+            Some(Ok(mark)) => {
+                let outcome = decide(*mark, request.token, request.compare);
+                if let Advance::Accepted { .. } = outcome {
+                    *mark = Some(mark.map_or(request.token, |m| m.max(request.token)));
+                }
+                Ok(outcome)
+            }
+            Some(Err(error)) => Err(error.again()),
+            None => Err(unexpected("a request's key was not in its batch")),
+        };
+        let _ = request.reply.send(answer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::wire::{KeyValue, PutResponse, RangeResponse};
+    use super::*;
+
+    fn kv(mark: u64) -> KeyValue {
+        KeyValue {
+            value: encode_mark(mark).into(),
+            ..Default::default()
+        }
+    }
+
+    fn nested(succeeded: bool, inner: ResponseOp) -> ResponseOp {
+        ResponseOp::ResponseTxn(TxnResponse {
+            succeeded,
+            responses: vec![inner],
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn answers_are_read_and_checked_against_the_token() {
+        let first = nested(true, ResponseOp::ResponsePut(PutResponse { prev_kv: None }));
+        assert_eq!(mark_found(&first, 5).ok(), Some(None));
+        let raised = nested(
+            false,
+            nested(
+                true,
+                ResponseOp::ResponsePut(PutResponse {
+                    prev_kv: Some(kv(4)),
+                }),
+            ),
+        );
+        assert_eq!(mark_found(&raised, 5).ok(), Some(Some(4)));
+        let kept = nested(
+            false,
+            nested(
+                false,
+                ResponseOp::ResponseRange(RangeResponse {
+                    kvs: vec![kv(5)],
+                    ..Default::default()
+                }),
+            ),
+        );
+        assert_eq!(mark_found(&kept, 5).ok(), Some(Some(5)));
+        // A store that raised a mark above the token, or kept one below it, is an error.
+        assert!(mark_found(&raised, 4).is_err());
+        assert!(mark_found(&kept, 6).is_err());
+        assert!(mark_found(&ResponseOp::ResponsePut(PutResponse { prev_kv: None }), 1).is_err());
+    }
+}

@@ -1,0 +1,396 @@
+//! Intent records on etcd: one JSON value per intent, and two index keys per record (SUBMITTING by
+//! last update, every record by end of retention) so that listing and pruning read ranges, not
+//! every record. Each change reads the record, decides in Rust (`decide_begin` and the settle
+//! rules every backend shares), and writes the record and its index entries in one transaction
+//! that holds only if the record is still at the revision read; a lost race reads again.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::advance::read;
+use super::error::{unexpected, wrap};
+use super::keys::Keys;
+use super::wire::{
+    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp,
+    TxnRequest, TxnResponse,
+};
+use super::EtcdStore;
+use crate::store::intents::{
+    decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
+    StoredOutcome,
+};
+use crate::store::{StoreError, StoreFuture};
+
+/// Reads and compare-and-swaps of one change before it gives up: each lost race means another
+/// gateway changed the same intent in between, which the rules allow only a few times.
+const MAX_ATTEMPTS: usize = 16;
+/// Records read in one transaction when listing (below etcd's default `--max-txn-ops`, 128).
+const READS_PER_TXN: usize = 100;
+
+/// An intent as stored: the record's fields, the fence as a JSON number (exact for u64).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredIntent {
+    key: String,
+    route: String,
+    fence: u64,
+    fingerprint: String,
+    state: IntentState,
+    attempt: Option<String>,
+    attempt_expires_ms: u64,
+    created_ms: u64,
+    updated_ms: u64,
+    expires_ms: u64,
+    outcome: Option<StoredOutcome>,
+}
+
+impl From<&IntentRecord> for StoredIntent {
+    fn from(r: &IntentRecord) -> StoredIntent {
+        StoredIntent {
+            key: r.key.clone(),
+            route: r.route.clone(),
+            fence: r.fence,
+            fingerprint: r.fingerprint.clone(),
+            state: r.state,
+            attempt: r.attempt.clone(),
+            attempt_expires_ms: r.attempt_expires_ms,
+            created_ms: r.created_ms,
+            updated_ms: r.updated_ms,
+            expires_ms: r.expires_ms,
+            outcome: r.outcome.clone(),
+        }
+    }
+}
+
+impl From<StoredIntent> for IntentRecord {
+    fn from(s: StoredIntent) -> IntentRecord {
+        IntentRecord {
+            key: s.key,
+            route: s.route,
+            fence: s.fence,
+            fingerprint: s.fingerprint,
+            state: s.state,
+            attempt: s.attempt,
+            attempt_expires_ms: s.attempt_expires_ms,
+            created_ms: s.created_ms,
+            updated_ms: s.updated_ms,
+            expires_ms: s.expires_ms,
+            outcome: s.outcome,
+        }
+    }
+}
+
+/// A record as read, with the revision a change must still find.
+struct Found {
+    record: IntentRecord,
+    revision: i64,
+}
+
+fn decode(key: &str, value: &[u8]) -> Result<IntentRecord, StoreError> {
+    serde_json::from_slice::<StoredIntent>(value)
+        .map(IntentRecord::from)
+        .map_err(|e| unexpected(format!("intent {key}: unreadable stored record: {e}")))
+}
+
+/// The index entries a record has.
+fn index_entries(keys: &Keys, record: &IntentRecord) -> BTreeSet<String> {
+    let mut entries = BTreeSet::from([keys.expiry(record.expires_ms, &record.key)]);
+    if record.state == IntentState::Submitting {
+        entries.insert(keys.submitting(record.updated_ms, &record.key));
+    }
+    entries
+}
+
+impl EtcdStore {
+    async fn read_intent(&self, key: &str) -> Result<Option<Found>, StoreError> {
+        match self.read(&self.keys.intent(key)).await? {
+            None => Ok(None),
+            Some(kv) => Ok(Some(Found {
+                record: decode(key, &kv.value.0)?,
+                revision: kv.mod_revision,
+            })),
+        }
+    }
+
+    /// Replaces `seen` (or its absence) by `new` (or nothing), with the index entries moved to
+    /// match; `false` when the record changed since it was read.
+    async fn swap_intent(
+        &self,
+        key: &str,
+        seen: Option<&Found>,
+        new: Option<&IntentRecord>,
+    ) -> Result<bool, StoreError> {
+        self.check_open()?;
+        let record_key = self.keys.intent(key);
+        let before = seen
+            .map(|f| index_entries(&self.keys, &f.record))
+            .unwrap_or_default();
+        let after = new
+            .map(|r| index_entries(&self.keys, r))
+            .unwrap_or_default();
+        let mut success: Vec<RequestOp> = before
+            .difference(&after)
+            .map(|entry| delete(entry))
+            .collect();
+        success.extend(after.difference(&before).map(|entry| {
+            RequestOp::RequestPut(PutRequest {
+                key: entry.as_str().into(),
+                value: Default::default(),
+                lease: 0,
+                prev_kv: false,
+            })
+        }));
+        success.push(match new {
+            Some(record) => {
+                let value = serde_json::to_vec(&StoredIntent::from(record))
+                    .map_err(|e| unexpected(format!("intent {key}: {e}")))?;
+                RequestOp::RequestPut(PutRequest {
+                    key: record_key.as_str().into(),
+                    value: super::wire::Bytes(value),
+                    lease: 0,
+                    prev_kv: false,
+                })
+            }
+            None => delete(&record_key),
+        });
+        let txn = TxnRequest {
+            compare: vec![Compare::modified_at(
+                record_key.as_str(),
+                seen.map_or(0, |f| f.revision),
+            )],
+            success,
+            failure: Vec::new(),
+        };
+        let answer: TxnResponse = self.client.call("/v3/kv/txn", &txn).await.map_err(wrap)?;
+        Ok(answer.succeeded)
+    }
+
+    /// Reads the record, lets `change` decide (an answer, and the record to store or `None`
+    /// to leave it), and stores the decision if the record did not change meanwhile.
+    async fn change_intent<T>(
+        &self,
+        key: &str,
+        mut change: impl FnMut(Option<&IntentRecord>) -> (T, Option<Option<IntentRecord>>),
+    ) -> Result<T, StoreError> {
+        for _ in 0..MAX_ATTEMPTS {
+            let seen = self.read_intent(key).await?;
+            let (answer, write) = change(seen.as_ref().map(|f| &f.record));
+            let Some(new) = write else {
+                return Ok(answer);
+            };
+            if self.swap_intent(key, seen.as_ref(), new.as_ref()).await? {
+                return Ok(answer);
+            }
+        }
+        Err(unexpected(format!(
+            "intent {key}: changed by others {MAX_ATTEMPTS} times while this change was made"
+        )))
+    }
+
+    /// The index entries under `prefix` that order before `bound`, oldest first.
+    async fn index_range(
+        &self,
+        prefix: &str,
+        bound: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        self.check_open()?;
+        let request = RangeRequest {
+            key: prefix.into(),
+            range_end: bound.into(),
+            limit: i64::try_from(limit).unwrap_or(i64::MAX),
+        };
+        let answer: RangeResponse = self
+            .client
+            .call("/v3/kv/range", &request)
+            .await
+            .map_err(wrap)?;
+        Ok(answer
+            .kvs
+            .into_iter()
+            .filter_map(|kv| kv.key.text().map(str::to_owned))
+            .collect())
+    }
+
+    /// The records of `keys`, read a transaction at a time; absent ones are left out.
+    async fn read_intents(&self, keys: &[String]) -> Result<Vec<IntentRecord>, StoreError> {
+        let mut records = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(READS_PER_TXN) {
+            let txn = TxnRequest {
+                compare: Vec::new(),
+                success: chunk.iter().map(|k| read(&self.keys.intent(k))).collect(),
+                failure: Vec::new(),
+            };
+            let answer: TxnResponse = self.client.call("/v3/kv/txn", &txn).await.map_err(wrap)?;
+            for (key, op) in chunk.iter().zip(&answer.responses) {
+                let ResponseOp::ResponseRange(range) = op else {
+                    return Err(unexpected(format!("a read answered {op:?}")));
+                };
+                if let Some(kv) = range.kvs.first() {
+                    records.push(decode(key, &kv.value.0)?);
+                }
+            }
+        }
+        Ok(records)
+    }
+}
+
+fn delete(key: &str) -> RequestOp {
+    RequestOp::RequestDeleteRange(DeleteRangeRequest {
+        key: key.into(),
+        range_end: Default::default(),
+    })
+}
+
+/// The record after an outcome is recorded for it.
+fn completed(record: &IntentRecord, outcome: StoredOutcome, now_ms: u64) -> IntentRecord {
+    IntentRecord {
+        state: IntentState::Completed,
+        outcome: Some(outcome),
+        attempt: None,
+        updated_ms: now_ms,
+        ..record.clone()
+    }
+}
+
+impl IntentStore for EtcdStore {
+    fn begin(&self, request: BeginRequest) -> StoreFuture<'_, Begun> {
+        Box::pin(async move {
+            let key = request.key.clone();
+            self.change_intent(&key, |existing| {
+                let (verdict, record) = decide_begin(existing, &request);
+                (verdict, record.map(Some))
+            })
+            .await
+        })
+    }
+
+    fn complete(&self, key: &str, outcome: StoredOutcome, now_ms: u64) -> StoreFuture<'_, bool> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            self.change_intent(&key, |existing| match existing {
+                Some(r) if r.state == IntentState::Submitting => {
+                    (true, Some(Some(completed(r, outcome.clone(), now_ms))))
+                }
+                _ => (false, None),
+            })
+            .await
+        })
+    }
+
+    fn abandon(&self, key: &str, attempt: &str, now_ms: u64) -> StoreFuture<'_, ()> {
+        let (key, attempt) = (key.to_owned(), attempt.to_owned());
+        Box::pin(async move {
+            self.change_intent(&key, |existing| match existing {
+                Some(r)
+                    if r.state == IntentState::Submitting
+                        && r.attempt.as_deref() == Some(attempt.as_str()) =>
+                {
+                    let ended = IntentRecord {
+                        attempt: None,
+                        updated_ms: now_ms,
+                        ..r.clone()
+                    };
+                    ((), Some(Some(ended)))
+                }
+                _ => ((), None),
+            })
+            .await
+        })
+    }
+
+    fn get(&self, key: &str) -> StoreFuture<'_, Option<IntentRecord>> {
+        let key = key.to_owned();
+        Box::pin(async move { Ok(self.read_intent(&key).await?.map(|f| f.record)) })
+    }
+
+    fn list_submitting(
+        &self,
+        updated_before_ms: u64,
+        limit: usize,
+    ) -> StoreFuture<'_, Vec<IntentRecord>> {
+        Box::pin(async move {
+            let prefix = self.keys.submitting_prefix();
+            let bound = Keys::index_bound(&prefix, updated_before_ms);
+            let entries = self.index_range(&prefix, &bound, limit).await?;
+            let keys: Vec<String> = entries
+                .iter()
+                .filter_map(|e| Keys::parse_index(&prefix, e).map(|(_, key)| key))
+                .collect();
+            // An entry may be stale for a moment only if a change was lost half-way, which one
+            // transaction rules out; the records are still checked.
+            let mut records: Vec<IntentRecord> = self
+                .read_intents(&keys)
+                .await?
+                .into_iter()
+                .filter(|r| r.state == IntentState::Submitting && r.updated_ms < updated_before_ms)
+                .collect();
+            records.sort_by(|a, b| (a.updated_ms, &a.key).cmp(&(b.updated_ms, &b.key)));
+            records.truncate(limit);
+            Ok(records)
+        })
+    }
+
+    fn resolve(&self, key: &str, resolution: Resolution, now_ms: u64) -> StoreFuture<'_, bool> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            self.change_intent(&key, |existing| match (existing, &resolution) {
+                (Some(r), Resolution::Outcome(outcome)) if r.state == IntentState::Submitting => {
+                    (true, Some(Some(completed(r, outcome.clone(), now_ms))))
+                }
+                (Some(r), Resolution::Release) if r.state == IntentState::Submitting => {
+                    (true, Some(None))
+                }
+                _ => (false, None),
+            })
+            .await
+        })
+    }
+
+    fn prune(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, usize> {
+        Box::pin(async move {
+            let prefix = self.keys.expiry_prefix();
+            let bound = Keys::index_bound(&prefix, now_ms.saturating_add(1));
+            let entries = self.index_range(&prefix, &bound, limit).await?;
+            let mut pruned = 0;
+            for entry in entries {
+                let Some((_, key)) = Keys::parse_index(&prefix, &entry) else {
+                    continue;
+                };
+                let removed = self
+                    .change_intent(&key, |existing| match existing {
+                        Some(r) if r.expires_ms <= now_ms => (true, Some(None)),
+                        _ => (false, None),
+                    })
+                    .await?;
+                if removed {
+                    pruned += 1;
+                } else {
+                    // No record, or a newer one under the key: the entry is left from neither.
+                    let still = self.read_intent(&key).await?;
+                    let current = still.map(|f| index_entries(&self.keys, &f.record));
+                    if !current.is_some_and(|entries| entries.contains(&entry)) {
+                        self.drop_entry(&entry).await?;
+                    }
+                }
+            }
+            Ok(pruned)
+        })
+    }
+}
+
+impl EtcdStore {
+    /// Deletes one index entry that no record has.
+    async fn drop_entry(&self, entry: &str) -> Result<(), StoreError> {
+        let request = DeleteRangeRequest {
+            key: entry.into(),
+            range_end: Default::default(),
+        };
+        let _: super::wire::Empty = self
+            .client
+            .call("/v3/kv/deleterange", &request)
+            .await
+            .map_err(wrap)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,125 @@
+//! The etcd backend: marks, intents and key turns in an etcd cluster, where an accepted advance
+//! is committed by a quorum before it is answered. Every key lives under `key_prefix`
+//! (`keys.rs`); the cluster is reached through its v3 HTTP/JSON gateway (`client.rs`, `wire.rs`).
+//!
+//! `advance.rs`: the batched compare-and-advance transaction; `fence.rs`: the `FenceStore` impl
+//! and the per-thread batchers; `identity.rs`: the store identity record; `intents.rs`: intent
+//! records by compare-and-swap on their revision; `turns.rs`: key turns under etcd leases.
+
+mod advance;
+mod client;
+mod error;
+mod fence;
+mod identity;
+mod intents;
+mod keys;
+mod turns;
+mod wire;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::config::EtcdStoreConfig;
+use crate::store::guard::expected::ExpectedIdentity;
+use crate::store::plumbing::per_thread::PerThread;
+use crate::store::StoreError;
+use advance::AdvanceRequest;
+use client::EtcdClient;
+use error::{wrap, BACKEND};
+use keys::Keys;
+pub use turns::EtcdTurns;
+
+/// Checks the endpoints and TLS settings as opening the store would, without connecting
+/// (`check-config`).
+pub fn check_tls(config: &EtcdStoreConfig) -> Result<(), crate::tls::StoreTlsError> {
+    client::check_tls(config)
+}
+
+/// Advance batches each serving thread has in flight at once: etcd pipelines concurrent
+/// transactions through one raft round, so a second batch fills while the first commits.
+const BATCHES_IN_FLIGHT: usize = 2;
+
+/// Handle to one etcd cluster; cheap to share behind an `Arc`.
+pub struct EtcdStore {
+    client: Arc<EtcdClient>,
+    keys: Keys,
+    batchers: PerThread<mpsc::Sender<AdvanceRequest>>,
+    max_batch: usize,
+    expected: Arc<ExpectedIdentity>,
+    closed: AtomicBool,
+}
+
+impl EtcdStore {
+    /// Builds the client and checks that the cluster answers (by reading the store identity's
+    /// key); nothing is written.
+    pub async fn open(config: &EtcdStoreConfig) -> Result<EtcdStore, StoreError> {
+        let setup = |detail: String| StoreError::Setup {
+            backend: BACKEND,
+            detail,
+        };
+        let endpoints = config.endpoints.join(", ");
+        let password = match &config.password_env {
+            None => None,
+            Some(variable) => Some(std::env::var(variable).map_err(|_| {
+                setup(format!(
+                    "store.password_env: the environment variable {variable} is not set"
+                ))
+            })?),
+        };
+        let client = EtcdClient::new(config, password)
+            .map_err(|e| setup(format!("store.{}: {}", e.field, e.message)))?;
+        let keys = Keys::new(&config.key_prefix);
+        let probe = wire::RangeRequest {
+            key: keys.store_id().into(),
+            ..Default::default()
+        };
+        let _: wire::RangeResponse = client
+            .call("/v3/kv/range", &probe)
+            .await
+            .map_err(|e| setup(format!("cannot reach etcd at {endpoints}: {e}")))?;
+        Ok(EtcdStore {
+            client: Arc::new(client),
+            keys,
+            batchers: PerThread::new(),
+            max_batch: config
+                .max_batch
+                .clamp(1, crate::config::DEFAULT_ETCD_MAX_BATCH),
+            expected: Arc::new(ExpectedIdentity::default()),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// The key turns of this store (for the ordering gate), taken under the name `holder`.
+    pub fn turns(&self, holder: &str) -> EtcdTurns {
+        EtcdTurns::new(
+            Arc::clone(&self.client),
+            self.keys.clone(),
+            holder,
+            Arc::clone(&self.expected),
+        )
+    }
+
+    fn check_open(&self) -> Result<(), StoreError> {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(StoreError::Closed);
+        }
+        Ok(())
+    }
+
+    /// A read of one key: its value and revision, or `None`.
+    async fn read(&self, key: &str) -> Result<Option<wire::KeyValue>, StoreError> {
+        self.check_open()?;
+        let request = wire::RangeRequest {
+            key: key.into(),
+            ..Default::default()
+        };
+        let answer: wire::RangeResponse = self
+            .client
+            .call("/v3/kv/range", &request)
+            .await
+            .map_err(wrap)?;
+        Ok(answer.kvs.into_iter().next())
+    }
+}

@@ -3,7 +3,9 @@
 # tests are running, starting them when they are installed but stopped. Prints what it finds;
 # a service that is not installed is reported, and the tests that need it will fail clearly.
 # Then scripts/tls-setup.sh gives them TLS for the store-TLS tests (PostgreSQL ssl on, TLS-only
-# Redis on 6380 and 6381, the test certificates in /var/lib/fencegate-test-tls).
+# Redis on 6380 and 6381, the test certificates in /var/lib/fencegate-test-tls), and
+# scripts/etcd-setup.sh starts the etcd servers for the etcd store tests (plain on 2379, TLS with
+# client certificates from the test CA on 2381, authentication on 2383), installing etcd if needed.
 set -u
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -39,4 +41,6 @@ fi
 
 # Exits non-zero when a step failed; the store-TLS tests then fail naming what is missing.
 "$(dirname "$0")/tls-setup.sh" || echo "tls: setup incomplete; the store TLS tests will fail"
+# After tls-setup.sh: the TLS etcd uses the test CA. Exits non-zero when a server is not up.
+"$(dirname "$0")/etcd-setup.sh" || echo "etcd: setup incomplete; the etcd tests will fail"
 exit 0

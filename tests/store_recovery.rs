@@ -375,3 +375,8 @@ async fn on_postgres_the_first_write_after_a_store_blip_succeeds() {
 async fn on_redis_the_first_write_after_a_store_blip_succeeds() {
     recovery(Backend::Redis).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_etcd_the_first_write_after_a_store_blip_succeeds() {
+    recovery(Backend::Etcd).await;
+}

@@ -187,3 +187,11 @@ async fn on_redis_a_cut_store_connection_does_not_let_another_replica_overlap_a_
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_etcd_a_cut_store_connection_does_not_let_another_replica_overlap_a_forward() {
+    with_namespace(Backend::Etcd, |prefix| {
+        a_lost_store_connection_does_not_end_a_turn(Backend::Etcd, prefix)
+    })
+    .await;
+}

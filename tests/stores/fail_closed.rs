@@ -124,3 +124,15 @@ async fn redis_trouble_fails_closed_and_recovers_without_a_restart() {
     store_trouble_is_refused_and_recovers(store, relay).await;
     support::redis::delete_keys(&prefix).await;
 }
+
+#[tokio::test]
+async fn etcd_trouble_fails_closed_and_recovers_without_a_restart() {
+    let relay = Relay::start(support::etcd::ETCD_ADDR.parse().unwrap()).await;
+    let prefix = support::etcd::unique_prefix();
+    let store = format!(
+        "[store]\nbackend = \"etcd\"\nendpoints = [\"http://{}\"]\nkey_prefix = \"{prefix}\"\nrequest_timeout = \"1s\"\n",
+        relay.addr
+    );
+    store_trouble_is_refused_and_recovers(store, relay).await;
+    support::etcd::delete_keys(&prefix).await;
+}

@@ -21,6 +21,7 @@ enum Backend {
     Embedded,
     Postgres,
     Redis,
+    Etcd,
 }
 
 struct Setup {
@@ -83,6 +84,19 @@ impl Setup {
                     store,
                     Box::new(move || {
                         Box::pin(async move { support::redis::delete_keys(&prefix).await })
+                    }),
+                )
+            }
+            Backend::Etcd => {
+                let prefix = support::etcd::unique_prefix();
+                let store = format!(
+                    "[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\nkey_prefix = \"{prefix}\"\n",
+                    support::etcd::etcd_url()
+                );
+                (
+                    store,
+                    Box::new(move || {
+                        Box::pin(async move { support::etcd::delete_keys(&prefix).await })
                     }),
                 )
             }
@@ -454,6 +468,7 @@ macro_rules! on_every_backend {
         mod embedded { use super::*; $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $scenario() { super::$scenario(Backend::Embedded).await } )* }
         mod postgres { use super::*; $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $scenario() { super::$scenario(Backend::Postgres).await } )* }
         mod redis { use super::*; $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $scenario() { super::$scenario(Backend::Redis).await } )* }
+        mod etcd { use super::*; $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $scenario() { super::$scenario(Backend::Etcd).await } )* }
     };
 }
 

@@ -11,6 +11,7 @@
 mod support;
 
 mod claim_waits;
+mod etcd_access;
 mod fail_closed;
 mod idempotency;
 mod shared_gate;

@@ -1,12 +1,12 @@
-//! The cross-replica gate (`CrossReplicaGate`) over the key turns of PostgreSQL and Redis, driven
+//! The cross-replica gate (`CrossReplicaGate`) over the key turns of PostgreSQL, Redis and etcd, driven
 //! directly: two gates on one store stand for two replicas, one of them behind a relay the test
 //! can cut. A held turn keeps the other replica out until released; a lost store connection frees
 //! nothing; a turn never released lapses by its lease on the store's clock, not before; a take
 //! with a token advances the mark only when it takes the turn; the keeper renews a long turn and
 //! cuts the forward of one it cannot renew before the lease lapses; a store that lost its
 //! identity refuses every take; on PostgreSQL an ended turn's release is written once another
-//! replica wants the key, not before. PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) must be
-//! running: these tests fail, never skip, when they are not.
+//! replica wants the key, not before. PostgreSQL (127.0.0.1:5432), Redis (127.0.0.1:6379) and etcd
+//! (127.0.0.1:2379) must be running: these tests fail, never skip, when they are not.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,8 +18,11 @@ use fencegate::config::{
 };
 use fencegate::gate::{CrossReplicaGate, CrossReplicaGateError, CrossReplicaPass};
 use fencegate::proxy::full_body;
-use fencegate::store::{FenceStore, PostgresStore, RedisStore, StoreError, TakeTurn, TurnStore};
+use fencegate::store::{
+    EtcdStore, FenceStore, PostgresStore, RedisStore, StoreError, TakeTurn, TurnStore,
+};
 
+use crate::support::etcd::ETCD_ADDR;
 use crate::support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
 use crate::support::redis::{delete_keys, unique_prefix, REDIS_ADDR};
 use crate::support::relay::{Relay, RelayMode};
@@ -32,6 +35,19 @@ const HOLD: Duration = Duration::from_secs(1);
 enum Backend {
     Postgres,
     Redis,
+    Etcd,
+}
+
+impl Backend {
+    /// How long after its lease a turn that was never released may still hold its key: etcd
+    /// leases count whole seconds, last at least 1.5 s (three halves of the default election
+    /// timeout), and the leader ends expired ones every 500 ms.
+    fn lapse_slack(self) -> Duration {
+        match self {
+            Backend::Etcd => Duration::from_secs(3),
+            _ => Duration::from_secs(2),
+        }
+    }
 }
 
 /// One store namespace (a schema or a key prefix), shared by the replicas of a test.
@@ -52,6 +68,7 @@ impl Namespace {
         let name = match backend {
             Backend::Postgres => unique_schema(),
             Backend::Redis => unique_prefix(),
+            Backend::Etcd => crate::support::etcd::unique_prefix(),
         };
         Namespace { backend, name }
     }
@@ -92,6 +109,16 @@ impl Namespace {
                 let turns = Arc::new(store.turns(&fencegate::store::Replica::fresh().id));
                 (Arc::new(store), turns)
             }
+            Backend::Etcd => {
+                let mut config =
+                    super::store_contract_etcd::config(&[format!("http://{addr}")], &self.name);
+                config.turn_margin = margin;
+                let store = EtcdStore::open(&config)
+                    .await
+                    .unwrap_or_else(|e| panic!("etcd at {ETCD_ADDR} is required: {e}"));
+                let turns = Arc::new(store.turns(&fencegate::store::Replica::fresh().id));
+                (Arc::new(store), turns)
+            }
         };
         let gate = CrossReplicaGate::new(Arc::clone(&turns), margin);
         Replica { store, turns, gate }
@@ -101,6 +128,7 @@ impl Namespace {
         match self.backend {
             Backend::Postgres => POSTGRES_ADDR,
             Backend::Redis => REDIS_ADDR,
+            Backend::Etcd => ETCD_ADDR,
         }
     }
 
@@ -113,6 +141,7 @@ impl Namespace {
         match self.backend {
             Backend::Postgres => drop_schema(&self.name).await,
             Backend::Redis => delete_keys(&self.name).await,
+            Backend::Etcd => crate::support::etcd::delete_keys(&self.name).await,
         }
     }
 }
@@ -222,7 +251,7 @@ async fn an_unreleased_turn_lapses_by_its_lease_and_not_before(backend: Backend)
             "{backend:?}: entered after {waited:?}, before the lease of {lease:?} lapsed"
         );
         assert!(
-            waited < lease + Duration::from_secs(2),
+            waited < lease + backend.lapse_slack(),
             "{backend:?}: entered only after {waited:?}"
         );
     })
@@ -373,7 +402,7 @@ async fn a_store_that_lost_its_identity_refuses_takes(backend: Backend) {
     .await;
 }
 
-macro_rules! on_both_backends {
+macro_rules! on_every_network_backend {
     ($($name:ident),* $(,)?) => {
         mod postgres {
             $(
@@ -391,10 +420,18 @@ macro_rules! on_both_backends {
                 }
             )*
         }
+        mod etcd {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Etcd).await;
+                }
+            )*
+        }
     };
 }
 
-on_both_backends!(
+on_every_network_backend!(
     a_held_turn_keeps_the_other_replica_out_until_released,
     a_lost_store_connection_does_not_free_the_turn,
     an_unreleased_turn_lapses_by_its_lease_and_not_before,

@@ -1,4 +1,4 @@
-//! A wiped Redis is noticed on the very write that would trust it (docs/design.md §4.4), not only
+//! A wiped Redis or etcd prefix is noticed on the very write that would trust it (docs/design.md §4.4), not only
 //! at the next periodic store check: with `store_check_interval = "60s"`, a gateway has written one
 //! key, every key under its prefix is deleted (the marks and the store's identity record), and at
 //! once a write of a key the gateway has never seen is refused 503 and never forwarded.
@@ -9,6 +9,7 @@ use tokio::sync::oneshot;
 
 use crate::support;
 use crate::support::gateway::{config_text_with_store, fenced_route};
+use crate::support::network_store::Backend;
 use crate::support::{send, Behavior, RecordingUpstream};
 
 /// Far longer than the test: no periodic check runs between the wipe and the write.
@@ -48,18 +49,37 @@ impl Gateway {
 }
 
 /// A write of k1, the wipe, then at once a write of k2 that must be refused.
-async fn wipe_then_write_a_new_key(gw: Gateway, upstream: RecordingUpstream, prefix: String) {
+async fn keys_under(backend: Backend, prefix: &str) -> Vec<String> {
+    match backend {
+        Backend::Etcd => support::etcd::keys_under(prefix).await,
+        _ => support::redis::keys_under(prefix).await,
+    }
+}
+
+async fn delete_keys(backend: Backend, prefix: &str) {
+    match backend {
+        Backend::Etcd => support::etcd::delete_keys(prefix).await,
+        _ => support::redis::delete_keys(prefix).await,
+    }
+}
+
+async fn wipe_then_write_a_new_key(
+    backend: Backend,
+    gw: Gateway,
+    upstream: RecordingUpstream,
+    prefix: String,
+) {
     // The store is adopted and used.
     let first = send("POST", &gw.url("/inv/1"), &[("x-fence", "10")], "").await;
     assert_eq!(first.status, 200, "k1 before the wipe: {:?}", first.body);
     assert!(
-        !support::redis::keys_under(&prefix).await.is_empty(),
+        !keys_under(backend, &prefix).await.is_empty(),
         "the gateway wrote under its prefix"
     );
 
     // The server forgot everything under the prefix, identity record included.
-    support::redis::delete_keys(&prefix).await;
-    let left = support::redis::keys_under(&prefix).await;
+    delete_keys(backend, &prefix).await;
+    let left = keys_under(backend, &prefix).await;
     assert!(left.is_empty(), "keys left after the wipe: {left:?}");
 
     let fresh = send("POST", &gw.url("/inv/2"), &[("x-fence", "1")], "").await;
@@ -79,16 +99,10 @@ async fn wipe_then_write_a_new_key(gw: Gateway, upstream: RecordingUpstream, pre
     gw.stop().await;
 }
 
-#[tokio::test]
-async fn a_write_right_after_redis_was_wiped_is_refused() {
-    let prefix = support::redis::unique_prefix();
-    drop(support::redis::direct().await);
+/// Starts a gateway on `store` (under `prefix`), then wipes and writes.
+async fn wiped_store_is_refused(backend: Backend, store: String, prefix: String) {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = format!(
-        "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\n",
-        support::redis::redis_url()
-    );
     let route = fenced_route("inv", &upstream.url(), "enforce", "monotonic");
     let text = config_text_with_store(dir.path(), "127.0.0.1:0", &store, &route);
     let slow_checks = text.replace(
@@ -101,9 +115,36 @@ async fn a_write_right_after_redis_was_wiped_is_refused() {
     );
     let gw = Gateway::start(&slow_checks).await;
     // Run apart, so that the prefix is deleted even when an assertion fails.
-    let outcome = tokio::spawn(wipe_then_write_a_new_key(gw, upstream, prefix.clone())).await;
-    support::redis::delete_keys(&prefix).await;
+    let outcome = tokio::spawn(wipe_then_write_a_new_key(
+        backend,
+        gw,
+        upstream,
+        prefix.clone(),
+    ))
+    .await;
+    delete_keys(backend, &prefix).await;
     if let Err(e) = outcome {
         std::panic::resume_unwind(e.into_panic());
     }
+}
+
+#[tokio::test]
+async fn a_write_right_after_redis_was_wiped_is_refused() {
+    let prefix = support::redis::unique_prefix();
+    drop(support::redis::direct().await);
+    let store = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\n",
+        support::redis::redis_url()
+    );
+    wiped_store_is_refused(Backend::Redis, store, prefix).await;
+}
+
+#[tokio::test]
+async fn a_write_right_after_etcd_was_wiped_is_refused() {
+    let prefix = support::etcd::unique_prefix();
+    let store = format!(
+        "[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\nkey_prefix = \"{prefix}\"\n",
+        support::etcd::etcd_url()
+    );
+    wiped_store_is_refused(Backend::Etcd, store, prefix).await;
 }

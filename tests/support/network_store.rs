@@ -1,5 +1,5 @@
-//! A network store for one test: PostgreSQL under a schema of the test's own, or Redis under a key
-//! prefix of its own, its server's address, and the cleanup that runs even when the test fails.
+//! A network store for one test: PostgreSQL under a schema of the test's own, or Redis or etcd
+//! under a key prefix of its own, its server's address, and the cleanup that runs even when the test fails.
 
 use std::future::Future;
 
@@ -12,6 +12,7 @@ pub const POSTGRES_ADDR: &str = "127.0.0.1:5432";
 pub enum Backend {
     Postgres,
     Redis,
+    Etcd,
 }
 
 impl Backend {
@@ -25,6 +26,9 @@ impl Backend {
             Backend::Redis => format!(
                 "[store]\nbackend = \"redis\"\nurl = \"redis://{addr}\"\nkey_prefix = \"{namespace}\"\n"
             ),
+            Backend::Etcd => format!(
+                "[store]\nbackend = \"etcd\"\nendpoints = [\"http://{addr}\"]\nkey_prefix = \"{namespace}\"\n"
+            ),
         }
     }
 
@@ -33,6 +37,7 @@ impl Backend {
         match self {
             Backend::Postgres => POSTGRES_ADDR,
             Backend::Redis => super::redis::REDIS_ADDR,
+            Backend::Etcd => super::etcd::ETCD_ADDR,
         }
     }
 }
@@ -58,11 +63,16 @@ where
             drop(super::redis::direct().await);
             super::redis::unique_prefix()
         }
+        Backend::Etcd => {
+            super::etcd::call("/v3/kv/range", serde_json::json!({"key": "cHJvYmU="})).await;
+            super::etcd::unique_prefix()
+        }
     };
     let outcome = tokio::spawn(test(namespace.clone())).await;
     match backend {
         Backend::Postgres => drop_schema(&namespace).await,
         Backend::Redis => super::redis::delete_keys(&namespace).await,
+        Backend::Etcd => super::etcd::delete_keys(&namespace).await,
     }
     outcome.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }

@@ -14,11 +14,12 @@ fn fencegate(args: &[&str]) -> std::process::Output {
 }
 
 /// The configurations under `config/`, the examples users copy.
-const EXAMPLE_CONFIGS: [&str; 5] = [
+const EXAMPLE_CONFIGS: [&str; 6] = [
     "config/fencegate.toml",
     "config/docker.toml",
     "config/postgres.toml",
     "config/redis.toml",
+    "config/etcd.toml",
     "config/stripe.toml",
 ];
 
@@ -62,6 +63,37 @@ fn check_config_names_the_file_the_route_and_the_field() {
 }
 
 #[test]
+fn check_config_names_the_etcd_store_field_at_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("endpoints = []", "store.endpoints"),
+        ("endpoints = [\"127.0.0.1:2379\"]", "store.endpoints"),
+        ("endpoints = [\"http://127.0.0.1:2379\"]\nmax_batch = 200", "store.max_batch"),
+        ("endpoints = [\"http://127.0.0.1:2379\"]\nusername = \"fencegate\"", "store.password_env"),
+        ("endpoints = [\"http://127.0.0.1:2379\"]\nkey_prefix = \"\"", "store.key_prefix"),
+        ("endpoints = [\"http://127.0.0.1:2379\"]\n[store.tls]\nca_file = \"ca.pem\"", "store.tls"),
+        ("endpoints = [\"https://127.0.0.1:2379\"]\n[store.tls]\nca_file = \"/nonexistent/ca.pem\"", "store.tls.ca_file"),
+    ];
+    for (store, field) in cases {
+        let path = dir.path().join("etcd.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:8080\"\n\n[store]\nbackend = \"etcd\"\n{store}\n"
+            ),
+        )
+        .unwrap();
+        let output = fencegate(&["check-config", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{store}: accepted");
+        assert!(
+            stderr.contains("etcd.toml") && stderr.contains(field),
+            "{store}: expected {field}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn check_config_reports_semantic_errors_with_route_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad-upstream.toml");
@@ -95,6 +127,7 @@ fn shipped_configs_that_share_a_state_dir_share_the_store() {
             StoreConfig::Embedded(c) => format!("embedded {}", c.path.display()),
             StoreConfig::Postgres(c) => format!("postgres {} {}", c.url, c.schema),
             StoreConfig::Redis(c) => format!("redis {} {}", c.url, c.key_prefix),
+            StoreConfig::Etcd(c) => format!("etcd {:?} {}", c.endpoints, c.key_prefix),
         };
         for (dir, other_store, other_file) in &seen {
             assert!(

@@ -30,17 +30,17 @@ pub(super) struct AdvanceRequest {
 pub(super) fn raise_mark(mark_key: &str, token: u64) -> RequestOp {
     let stored = encode_mark(token);
     let put = || {
-        RequestOp::RequestPut(PutRequest {
+        RequestOp::Put(PutRequest {
             key: mark_key.into(),
             value: stored.clone().into(),
             lease: 0,
             prev_kv: true,
         })
     };
-    RequestOp::RequestTxn(TxnRequest {
+    RequestOp::Txn(TxnRequest {
         compare: vec![Compare::absent(mark_key)],
         success: vec![put()],
-        failure: vec![RequestOp::RequestTxn(TxnRequest {
+        failure: vec![RequestOp::Txn(TxnRequest {
             compare: vec![Compare::value_below(mark_key, stored.clone())],
             success: vec![put()],
             failure: vec![read(mark_key)],
@@ -50,7 +50,7 @@ pub(super) fn raise_mark(mark_key: &str, token: u64) -> RequestOp {
 
 /// A read of one key.
 pub(super) fn read(key: &str) -> RequestOp {
-    RequestOp::RequestRange(RangeRequest {
+    RequestOp::Range(RangeRequest {
         key: key.into(),
         ..Default::default()
     })
@@ -59,25 +59,25 @@ pub(super) fn read(key: &str) -> RequestOp {
 /// The mark a [`raise_mark`] found before it ran (`None`: the key had none), checked against
 /// the token it was given: a put answers a mark below the token, a read one at or above it.
 pub(super) fn mark_found(answer: &ResponseOp, token: u64) -> Result<Option<u64>, StoreError> {
-    let ResponseOp::ResponseTxn(outer) = answer else {
+    let ResponseOp::Txn(outer) = answer else {
         return Err(unexpected(format!("a mark's advance answered {answer:?}")));
     };
     if outer.succeeded {
         return match outer.responses.first() {
-            Some(ResponseOp::ResponsePut(put)) if put.prev_kv.is_none() => Ok(None),
+            Some(ResponseOp::Put(put)) if put.prev_kv.is_none() => Ok(None),
             other => Err(unexpected(format!("a first mark's put answered {other:?}"))),
         };
     }
-    let Some(ResponseOp::ResponseTxn(inner)) = outer.responses.first() else {
+    let Some(ResponseOp::Txn(inner)) = outer.responses.first() else {
         return Err(unexpected(format!(
             "a mark's comparison answered {outer:?}"
         )));
     };
     let (found, raised) = match inner.responses.first() {
-        Some(ResponseOp::ResponsePut(put)) if inner.succeeded => {
+        Some(ResponseOp::Put(put)) if inner.succeeded => {
             (put.prev_kv.as_ref().map(|kv| kv.value.0.as_slice()), true)
         }
-        Some(ResponseOp::ResponseRange(range)) if !inner.succeeded => {
+        Some(ResponseOp::Range(range)) if !inner.succeeded => {
             (range.kvs.first().map(|kv| kv.value.0.as_slice()), false)
         }
         other => return Err(unexpected(format!("a mark's update answered {other:?}"))),
@@ -104,7 +104,7 @@ pub(super) fn identity_holds(keys: &Keys, expected: &str) -> Compare {
 /// the identity record.
 pub(super) fn identity_refusal(answer: &TxnResponse, expected: &str) -> StoreError {
     let found = answer.responses.iter().find_map(|op| match op {
-        ResponseOp::ResponseRange(range) => Some(
+        ResponseOp::Range(range) => Some(
             range
                 .kvs
                 .first()
@@ -205,7 +205,7 @@ mod tests {
     }
 
     fn nested(succeeded: bool, inner: ResponseOp) -> ResponseOp {
-        ResponseOp::ResponseTxn(TxnResponse {
+        ResponseOp::Txn(TxnResponse {
             succeeded,
             responses: vec![inner],
             ..Default::default()
@@ -214,13 +214,13 @@ mod tests {
 
     #[test]
     fn answers_are_read_and_checked_against_the_token() {
-        let first = nested(true, ResponseOp::ResponsePut(PutResponse { prev_kv: None }));
+        let first = nested(true, ResponseOp::Put(PutResponse { prev_kv: None }));
         assert_eq!(mark_found(&first, 5).ok(), Some(None));
         let raised = nested(
             false,
             nested(
                 true,
-                ResponseOp::ResponsePut(PutResponse {
+                ResponseOp::Put(PutResponse {
                     prev_kv: Some(kv(4)),
                 }),
             ),
@@ -230,7 +230,7 @@ mod tests {
             false,
             nested(
                 false,
-                ResponseOp::ResponseRange(RangeResponse {
+                ResponseOp::Range(RangeResponse {
                     kvs: vec![kv(5)],
                     ..Default::default()
                 }),
@@ -240,6 +240,6 @@ mod tests {
         // A store that raised a mark above the token, or kept one below it, is an error.
         assert!(mark_found(&raised, 4).is_err());
         assert!(mark_found(&kept, 6).is_err());
-        assert!(mark_found(&ResponseOp::ResponsePut(PutResponse { prev_kv: None }), 1).is_err());
+        assert!(mark_found(&ResponseOp::Put(PutResponse { prev_kv: None }), 1).is_err());
     }
 }

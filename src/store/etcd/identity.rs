@@ -33,7 +33,7 @@ pub(super) async fn identity(
     let fresh = new_store_id();
     let txn = TxnRequest {
         compare: vec![Compare::absent(keys.store_id())],
-        success: vec![RequestOp::RequestPut(PutRequest {
+        success: vec![RequestOp::Put(PutRequest {
             key: keys.store_id().into(),
             value: fresh.clone().into(),
             lease: 0,
@@ -50,7 +50,7 @@ pub(super) async fn identity(
         });
     }
     let found = match answer.responses.first() {
-        Some(ResponseOp::ResponseRange(range)) => range
+        Some(ResponseOp::Range(range)) => range
             .kvs
             .first()
             .and_then(|kv| kv.value.text())

@@ -133,7 +133,7 @@ impl EtcdStore {
             .map(|entry| delete(entry))
             .collect();
         success.extend(after.difference(&before).map(|entry| {
-            RequestOp::RequestPut(PutRequest {
+            RequestOp::Put(PutRequest {
                 key: entry.as_str().into(),
                 value: Default::default(),
                 lease: 0,
@@ -144,7 +144,7 @@ impl EtcdStore {
             Some(record) => {
                 let value = serde_json::to_vec(&StoredIntent::from(record))
                     .map_err(|e| unexpected(format!("intent {key}: {e}")))?;
-                RequestOp::RequestPut(PutRequest {
+                RequestOp::Put(PutRequest {
                     key: record_key.as_str().into(),
                     value: super::wire::Bytes(value),
                     lease: 0,
@@ -223,7 +223,7 @@ impl EtcdStore {
             };
             let answer: TxnResponse = self.client.call("/v3/kv/txn", &txn).await.map_err(wrap)?;
             for (key, op) in chunk.iter().zip(&answer.responses) {
-                let ResponseOp::ResponseRange(range) = op else {
+                let ResponseOp::Range(range) = op else {
                     return Err(unexpected(format!("a read answered {op:?}")));
                 };
                 if let Some(kv) = range.kvs.first() {
@@ -236,7 +236,7 @@ impl EtcdStore {
 }
 
 fn delete(key: &str) -> RequestOp {
-    RequestOp::RequestDeleteRange(DeleteRangeRequest {
+    RequestOp::DeleteRange(DeleteRangeRequest {
         key: key.into(),
         range_end: Default::default(),
     })

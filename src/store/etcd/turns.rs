@@ -123,7 +123,7 @@ impl EtcdTurns {
         let txn = TxnRequest {
             compare,
             success: vec![
-                RequestOp::RequestPut(PutRequest {
+                RequestOp::Put(PutRequest {
                     key: turn_key.as_str().into(),
                     value: self.me(take.turn).into(),
                     lease,
@@ -149,7 +149,7 @@ impl EtcdTurns {
             if let Some(id) = expected {
                 let refusal = identity_refusal(&answer, id);
                 let holds = answer.responses.iter().any(|op| {
-                    matches!(op, ResponseOp::ResponseRange(r)
+                    matches!(op, ResponseOp::Range(r)
                         if r.kvs.first().and_then(|kv| kv.value.text())
                             == Some(super::identity::record_of(id)))
                 });
@@ -165,7 +165,7 @@ impl EtcdTurns {
         }
         let mark = match (take.advance, answer.responses.get(1)) {
             (Some(token), Some(op)) => mark_found(op, token)?,
-            (None, Some(ResponseOp::ResponseRange(range))) => match range.kvs.first() {
+            (None, Some(ResponseOp::Range(range))) => match range.kvs.first() {
                 None => None,
                 Some(kv) => Some(decode_mark(&kv.value.0).map_err(unexpected)?),
             },
@@ -224,7 +224,7 @@ impl TurnStore for EtcdTurns {
                 compare: vec![Compare::value_is(turn_key.as_str(), me)],
                 success: vec![
                     read(&turn_key),
-                    RequestOp::RequestDeleteRange(super::wire::DeleteRangeRequest {
+                    RequestOp::DeleteRange(super::wire::DeleteRangeRequest {
                         key: turn_key.as_str().into(),
                         range_end: Default::default(),
                     }),
@@ -233,7 +233,7 @@ impl TurnStore for EtcdTurns {
             };
             let answer: Result<TxnResponse, _> = client.call("/v3/kv/txn", &txn).await;
             let lease = answer.ok().and_then(|a| match a.responses.first() {
-                Some(ResponseOp::ResponseRange(r)) => r.kvs.first().map(|kv| kv.lease),
+                Some(ResponseOp::Range(r)) => r.kvs.first().map(|kv| kv.lease),
                 _ => None,
             });
             if let Some(lease) = lease.filter(|l| *l != 0) {
@@ -273,7 +273,7 @@ impl EtcdTurns {
         let turn_key = self.keys.turn(&renewal.key);
         let txn = TxnRequest {
             compare: vec![Compare::modified_at(turn_key.as_str(), seen.mod_revision)],
-            success: vec![RequestOp::RequestPut(PutRequest {
+            success: vec![RequestOp::Put(PutRequest {
                 key: turn_key.as_str().into(),
                 value: self.me(renewal.turn).into(),
                 lease,

@@ -251,23 +251,29 @@ impl Compare {
 
 /// One operation of a transaction.
 #[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "snake_case")]
 pub(crate) enum RequestOp {
-    RequestRange(RangeRequest),
-    RequestPut(PutRequest),
-    RequestDeleteRange(DeleteRangeRequest),
-    RequestTxn(TxnRequest),
+    #[serde(rename = "request_range")]
+    Range(RangeRequest),
+    #[serde(rename = "request_put")]
+    Put(PutRequest),
+    #[serde(rename = "request_delete_range")]
+    DeleteRange(DeleteRangeRequest),
+    #[serde(rename = "request_txn")]
+    Txn(TxnRequest),
 }
 
 /// The answer to one [`RequestOp`], in the same position.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "snake_case")]
 pub(crate) enum ResponseOp {
-    ResponseRange(RangeResponse),
-    ResponsePut(PutResponse),
+    #[serde(rename = "response_range")]
+    Range(RangeResponse),
+    #[serde(rename = "response_put")]
+    Put(PutResponse),
     /// Nothing of it is read.
-    ResponseDeleteRange(serde::de::IgnoredAny),
-    ResponseTxn(TxnResponse),
+    #[serde(rename = "response_delete_range")]
+    DeleteRange(serde::de::IgnoredAny),
+    #[serde(rename = "response_txn")]
+    Txn(TxnResponse),
 }
 
 /// If every comparison holds, `success` runs, else `failure`; atomically, as one revision.
@@ -377,16 +383,16 @@ mod tests {
     fn a_nested_transaction_serializes_as_the_gateway_reads_it() {
         let txn = TxnRequest {
             compare: vec![Compare::absent("k")],
-            success: vec![RequestOp::RequestPut(PutRequest {
+            success: vec![RequestOp::Put(PutRequest {
                 key: "k".into(),
                 value: "v".into(),
                 lease: 0,
                 prev_kv: true,
             })],
-            failure: vec![RequestOp::RequestTxn(TxnRequest {
+            failure: vec![RequestOp::Txn(TxnRequest {
                 compare: vec![Compare::value_below("k", "v")],
                 success: vec![],
-                failure: vec![RequestOp::RequestRange(RangeRequest {
+                failure: vec![RequestOp::Range(RangeRequest {
                     key: "k".into(),
                     ..Default::default()
                 })],
@@ -415,10 +421,10 @@ mod tests {
         let answer: TxnResponse = serde_json::from_str(text).expect("parses");
         assert!(!answer.succeeded);
         assert_eq!(answer.header.cluster_id, 324_952_591_200_643_719);
-        let Some(ResponseOp::ResponseTxn(inner)) = answer.responses.first() else {
+        let Some(ResponseOp::Txn(inner)) = answer.responses.first() else {
             panic!("a nested answer: {answer:?}");
         };
-        let Some(ResponseOp::ResponseRange(range)) = inner.responses.first() else {
+        let Some(ResponseOp::Range(range)) = inner.responses.first() else {
             panic!("a range: {inner:?}");
         };
         assert_eq!(range.kvs[0].value.text(), Some("00000000000000000005"));

@@ -18,6 +18,7 @@ use fencegate::store::{
 };
 
 use crate::support;
+use crate::support::contract::TRICKY;
 use crate::support::etcd::{etcd_url, get, put, with_prefix, ETCD_ADDR};
 use crate::support::relay::{Relay, RelayMode};
 
@@ -56,24 +57,6 @@ async fn etcd_store_keeps_the_contract() {
     })
     .await;
 }
-
-/// Values where comparing as doubles, or as unpadded strings, would go wrong.
-const TRICKY: [u64; 14] = [
-    0,
-    1,
-    9,
-    10,
-    99,
-    100,
-    (1 << 53) - 1,
-    1 << 53,
-    (1 << 53) + 1,
-    (1 << 63) - 1,
-    1 << 63,
-    (1 << 63) + 1,
-    u64::MAX - 1,
-    u64::MAX,
-];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_transaction_agrees_with_decide_on_tricky_tokens() {

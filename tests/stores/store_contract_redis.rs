@@ -15,6 +15,7 @@ use fencegate::store::{
 use redis::AsyncCommands as _;
 
 use crate::support;
+use crate::support::contract::TRICKY;
 use crate::support::redis::{direct, redis_url, with_prefix, REDIS_ADDR};
 use crate::support::relay::{Relay, RelayMode};
 
@@ -56,24 +57,6 @@ async fn redis_store_keeps_the_contract() {
     })
     .await;
 }
-
-/// Values where comparing as doubles, or as unpadded strings, would go wrong.
-const TRICKY: [u64; 14] = [
-    0,
-    1,
-    9,
-    10,
-    99,
-    100,
-    (1 << 53) - 1,
-    1 << 53,
-    (1 << 53) + 1,
-    (1 << 63) - 1,
-    1 << 63,
-    (1 << 63) + 1,
-    u64::MAX - 1,
-    u64::MAX,
-];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_lua_comparison_agrees_with_decide_on_tricky_tokens() {

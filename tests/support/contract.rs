@@ -264,3 +264,21 @@ pub async fn closed_store_refuses_on_every_thread(store: Arc<dyn FenceStore>, ke
         task.await.expect("task after close");
     }
 }
+
+/// Values where comparing as doubles, or as unpadded strings, would go wrong.
+pub const TRICKY: [u64; 14] = [
+    0,
+    1,
+    9,
+    10,
+    99,
+    100,
+    (1 << 53) - 1,
+    1 << 53,
+    (1 << 53) + 1,
+    (1 << 63) - 1,
+    1 << 63,
+    (1 << 63) + 1,
+    u64::MAX - 1,
+    u64::MAX,
+];

@@ -1,7 +1,7 @@
 //! The admin listener (axum, its own address): Prometheus `/metrics`, `/healthz`, `/readyz`, and
 //! behind a bearer token the admin API — read and raise a key's mark (never lower it, I3), list
-//! routes, list intents whose outcome is unknown, reload the routes. Its failures are problem
-//! details, from the same table of kinds as the data plane's.
+//! routes, list intents whose outcome is unknown, list the lock authorities, reload the routes.
+//! Its failures are problem details, from the same table of kinds as the data plane's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::authority::Authorities;
 use crate::config::Compare;
 use crate::error::{ErrorKind, Level};
 use crate::metrics::Metrics;
@@ -35,6 +36,8 @@ pub struct AdminState {
     pub intents: Option<Arc<dyn IntentStore>>,
     pub trust: Arc<StoreTrust>,
     pub metrics: Arc<Metrics>,
+    /// The routes' lock authorities (none before serving starts them).
+    pub authorities: Option<Arc<Authorities>>,
     pub token: Arc<str>,
     pub probes_require_token: bool,
 }
@@ -45,6 +48,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/fences/{key}", get(read_fence).put(raise_fence))
         .route("/admin/routes", get(list_routes))
         .route("/admin/intents", get(list_intents))
+        .route("/admin/authorities", get(list_authorities))
         .route("/admin/reload", axum::routing::post(reload))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let probes = Router::new()
@@ -90,8 +94,26 @@ async fn metrics(State(state): State<AdminState>) -> Response {
         .into_response()
 }
 
-/// Ready: the configuration is loaded (we are running) and the store answers and is trusted.
+/// Ready: the configuration is loaded (we are running), the store answers and is trusted, and
+/// every lock authority of a route that fails closed without it is in sync.
 async fn ready(State(state): State<AdminState>) -> Response {
+    let lost: Vec<String> = state
+        .authorities
+        .iter()
+        .flat_map(|a| a.statuses())
+        .filter(|s| s.fails_closed && !s.in_sync)
+        .map(|s| s.route)
+        .collect();
+    if !lost.is_empty() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "lock authority not followed for route(s) {}: their fenced writes are refused\n",
+                lost.join(", ")
+            ),
+        )
+            .into_response();
+    }
     if !state.trust.is_trusted() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -107,6 +129,16 @@ async fn ready(State(state): State<AdminState>) -> Response {
         )
             .into_response(),
     }
+}
+
+/// Every route's lock authority: whether it is in sync, the revision it reached, its holders.
+async fn list_authorities(State(state): State<AdminState>) -> Response {
+    let statuses = state
+        .authorities
+        .as_ref()
+        .map(|a| a.statuses())
+        .unwrap_or_default();
+    Json(json!({ "authorities": statuses })).into_response()
 }
 
 async fn read_fence(

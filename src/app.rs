@@ -8,15 +8,17 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
+use crate::authority::Authorities;
 use crate::budget::MemoryBudget;
 use crate::compiled::{Compiled, ListenerSettings};
 use crate::config::Config;
 use crate::descriptors;
+use crate::fence::StoreMarks;
 use crate::gate::Gates;
 use crate::gateway::{Gateway, SharedLimits};
 use crate::metrics::Metrics;
 use crate::proxy::UpstreamSlots;
-use crate::reload::{Reloader, RouteSource};
+use crate::reload::{start_authorities, Reloader, RouteSource};
 use crate::route::{CompiledRoute, RouteTable};
 use crate::store::intents::NoIntentStore;
 use crate::store::{
@@ -73,6 +75,9 @@ pub struct App {
     limits: SharedLimits,
     /// The open-file limit the caps were checked against (again on each reload).
     file_limit: u64,
+    /// The routes' lock authorities, followed while serving (none when built outside a
+    /// runtime: routes with an authority then refuse their fenced writes).
+    authorities: Option<Arc<Authorities>>,
 }
 
 /// Raises the open-file limit, and checks that every cap of `config` fits in it.
@@ -177,7 +182,16 @@ impl App {
             Arc::clone(&trust),
             Arc::clone(&metrics),
         ));
+        // Followed on the runtime the gateway is built on (serving threads have their own).
+        let authorities = tokio::runtime::Handle::try_current().ok().map(|runtime| {
+            Authorities::new(
+                runtime,
+                Arc::new(StoreMarks(Arc::clone(&guarded))),
+                metrics.authority.clone(),
+            )
+        });
         App {
+            authorities,
             config,
             routes: Arc::new(RouteSource::new(routes)),
             listeners,
@@ -239,6 +253,7 @@ impl App {
                 Arc::clone(&self.limits.upstream_slots),
                 self.file_limit,
             )
+            .with_authorities(self.authorities.clone())
             .with_certificates(
                 [&self.listeners.data, &self.listeners.admin]
                     .into_iter()
@@ -291,6 +306,7 @@ impl App {
             intents: self.intents.clone(),
             trust: Arc::clone(&self.trust),
             metrics: Arc::clone(&self.metrics),
+            authorities: self.authorities.clone(),
             token: token.into(),
             probes_require_token: admin.probes_require_token,
         };
@@ -315,6 +331,10 @@ impl App {
 
     /// Serves on `listener` until `shutdown` resolves, drains, and closes the store.
     pub async fn serve(mut self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+        // Before the admin listener, whose `/readyz` reports them.
+        if let Some(authorities) = &self.authorities {
+            start_authorities(authorities, &self.routes.current());
+        }
         let admin = match self.start_admin().await {
             Ok(admin) => admin,
             Err(e) => {
@@ -350,6 +370,7 @@ impl App {
                 self.gates.clone(),
                 Arc::clone(&self.metrics),
                 self.limits.clone(),
+                self.authorities.clone(),
             )
         };
         let workers = crate::server::serve(
@@ -364,6 +385,9 @@ impl App {
         .await;
         watcher.abort();
         pruner.abort();
+        if let Some(authorities) = &self.authorities {
+            authorities.close();
+        }
         if let Some(admin) = admin {
             admin.abort();
         }

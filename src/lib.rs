@@ -31,8 +31,11 @@
 //! - [`idempotency`]: stable idempotency keys and intent records for providers that cannot be
 //!   fenced.
 //! - [`gate`]: serialized generations — one forwarded write per key at a time (I4).
-//! - [`store`]: the `FenceStore` trait, its backends (`embedded/`, `postgres/`, `redis/`), their
-//!   shared plumbing, and the guard the gateway puts in front of them.
+//! - [`authority`]: the lock service a route's tokens come from (etcd, a PostgreSQL lease table),
+//!   followed by a watch: grants and ended leases raise marks, and live leases can be required.
+//! - [`store`]: the `FenceStore` trait, its backends (`embedded/`, `postgres/`, `redis/`,
+//!   `etcd/`), their shared plumbing, and the guard the gateway puts in front of them.
+//! - [`etcd`]: the client of etcd's v3 HTTP/JSON gateway the etcd store and authority share.
 //! - [`proxy`]: header rules (hop-by-hop, `Via`, `Forwarded`), the stack's shared shapes and
 //!   forwarding.
 //! - [`tls`]: PEM files, the listeners' reloadable TLS settings, upstream TLS, and why a
@@ -50,6 +53,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod authority;
 pub mod body;
 pub mod budget;
 pub mod checks;
@@ -58,6 +62,7 @@ pub mod config;
 pub mod descriptors;
 pub mod embed;
 pub mod error;
+pub mod etcd;
 pub mod extensions;
 pub mod fence;
 pub mod gate;

@@ -10,6 +10,7 @@ use prometheus::{
     Opts, Registry, TextEncoder,
 };
 
+use crate::authority::AuthorityMetrics;
 use crate::route::RouteTable;
 use crate::stats::RouteCounters;
 
@@ -39,6 +40,8 @@ pub struct Metrics {
     pub admin_connections_refused: IntCounter,
     /// Bytes of bodies held in memory under `[server] max_buffered_bytes`.
     pub buffered_bytes: IntGauge,
+    /// The lock authorities' watch state, events and checks, by route.
+    pub authority: AuthorityMetrics,
 }
 
 impl Metrics {
@@ -118,7 +121,32 @@ impl Metrics {
         registry
             .register(Box::new(buffered_bytes.clone()))
             .expect("metric names are distinct");
+        let authority_up = IntGaugeVec::new(
+            Opts::new(
+                "fencegate_authority_up",
+                "1 while the gateway follows the route's lock service, 0 while it cannot.",
+            ),
+            &["route"],
+        )
+        .expect("valid gauge definition");
+        registry
+            .register(Box::new(authority_up.clone()))
+            .expect("metric names are distinct");
+        let authority = AuthorityMetrics {
+            up: authority_up,
+            events: counter(
+                "fencegate_authority_events_total",
+                "Lock grants and ended leases the gateway saw, per route (event: grant, end).",
+                &["route", "event"],
+            ),
+            checks: counter(
+                "fencegate_authority_checks_total",
+                "Fenced writes checked against the lock service, per route and outcome (passed, lease_ended, unavailable, plain).",
+                &["route", "outcome"],
+            ),
+        };
         Arc::new(Metrics {
+            authority,
             connections_refused,
             open_connections,
             admin_connections_refused,
@@ -194,6 +222,7 @@ fn render_route_counters(text: &mut String, routes: &RouteTable) {
             ("too_far_ahead", &counters.too_far_ahead),
             ("unsigned", &counters.unsigned),
             ("bad_signature", &counters.bad_signature),
+            ("lease_ended", &counters.lease_ended),
         ] {
             text.push_str(&format!(
                 "fencegate_fence_rejections_total{{route=\"{}\",reason=\"{reason}\"}} {}\n",

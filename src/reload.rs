@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
+use crate::authority::Authorities;
 use crate::compiled::Compiled;
 use crate::config::Config;
 use crate::descriptors;
@@ -51,6 +52,14 @@ pub struct ReloadReport {
     pub certificates: usize,
 }
 
+/// Starts the lock authority of every route of `routes` that has one, and stops the rest.
+pub fn start_authorities(authorities: &Authorities, routes: &RouteTable) {
+    authorities.start_all(routes.routes().filter_map(|route| {
+        let settings = route.fence.authority.as_ref()?;
+        Some((route.name.as_str(), settings, route.fence.compare))
+    }));
+}
+
 /// Re-reads the configuration file and swaps in its routes. Only `[[routes]]` are reloaded;
 /// changes to `[server]`, `[store]` and `[admin]` need a restart.
 pub struct Reloader {
@@ -61,6 +70,8 @@ pub struct Reloader {
     /// The listeners whose certificate, key and client CA are re-read from the files the
     /// running configuration names.
     certificates: Vec<Arc<ListenerTls>>,
+    /// The lock authorities, started and stopped to match the reloaded routes.
+    authorities: Option<Arc<Authorities>>,
 }
 
 /// What a reload's upstream caps are checked against: the running configuration (whose
@@ -79,7 +90,14 @@ impl Reloader {
             metrics,
             capacity: None,
             certificates: Vec::new(),
+            authorities: None,
         }
+    }
+
+    /// Reloads also start the lock authorities of new routes and stop those of removed ones.
+    pub fn with_authorities(mut self, authorities: Option<Arc<Authorities>>) -> Reloader {
+        self.authorities = authorities;
+        self
     }
 
     /// Reloads also re-read these listeners' TLS files; connections already open keep theirs.
@@ -152,6 +170,9 @@ impl Reloader {
         }
         let routes = config.routes.len();
         self.routes.replace(table);
+        if let Some(authorities) = &self.authorities {
+            start_authorities(authorities, &self.routes.current());
+        }
         Ok(ReloadReport {
             routes,
             certificates: self.certificates.len(),

@@ -18,6 +18,8 @@ pub struct RouteCounters {
     /// Tokens without the lock authority's signature, and with a bad one.
     pub unsigned: AtomicU64,
     pub bad_signature: AtomicU64,
+    /// Tokens the lock authority refused: their lease ended, or they are not the holder's.
+    pub lease_ended: AtomicU64,
     /// Store failures or timeouts met by fenced requests.
     pub store_errors: AtomicU64,
     /// Requests forwarded unchecked because the store failed and the route fails open.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{byte_size, duration};
+use super::{byte_size, duration, AuthorityConfig};
 
 /// Default header carrying the fencing token (docs/design.md §3).
 pub const DEFAULT_FENCE_HEADER: &str = "X-Fence";
@@ -53,6 +53,9 @@ pub struct FenceConfig {
     /// when all of it fits the key's turn ends once the upstream is done.
     #[serde(default = "default_response_read_ahead", with = "byte_size")]
     pub response_read_ahead: usize,
+    /// The lock service the route's tokens come from, watched by the gateway.
+    #[serde(default)]
+    pub authority: Option<AuthorityConfig>,
 }
 
 impl Default for FenceConfig {
@@ -69,6 +72,7 @@ impl Default for FenceConfig {
             signature_secret_env: None,
             signature_header: default_signature_header(),
             response_read_ahead: DEFAULT_RESPONSE_READ_AHEAD,
+            authority: None,
         }
     }
 }

@@ -1,9 +1,11 @@
 //! The configuration file's shape: what an operator may write, with defaults, exactly as it
 //! deserializes from TOML. Loading and validation live in `load.rs`; durations in `duration.rs`.
 //! One file per table: `server.rs`, `store.rs`, `route.rs` (with `[routes.idempotency]`),
-//! `fence.rs` (`[routes.fence]`), `admin.rs`, `tls.rs` (every TLS table); `Config`, the whole file, here.
+//! `fence.rs` (`[routes.fence]`), `authority.rs` (`[routes.fence.authority]`), `admin.rs`,
+//! `tls.rs` (every TLS table); `Config`, the whole file, here.
 
 mod admin;
+mod authority;
 mod byte_size;
 mod duration;
 mod error;
@@ -15,6 +17,10 @@ mod store;
 mod tls;
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_MAX_CONNECTIONS};
+pub use authority::{
+    AuthorityConfig, AuthorityKind, OnAuthorityUnavailable, DEFAULT_AUTHORITY_TIMEOUT,
+    DEFAULT_LEASE_POLL_INTERVAL, DEFAULT_LEASE_TABLE,
+};
 pub use error::ConfigError;
 pub use fence::{
     Compare, FenceConfig, FenceMode, OnStoreError, Ordering, DEFAULT_FENCE_HEADER,

@@ -176,7 +176,7 @@ pub struct RedisStoreConfig {
 
 /// `[store] backend = "etcd"`: marks in an etcd cluster (consensus: an accepted advance is on a
 /// quorum's disks), compared and raised in one transaction per batch.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EtcdStoreConfig {
     /// The cluster's client URLs, e.g. `["http://127.0.0.1:2379"]`, or `https://` for TLS. A

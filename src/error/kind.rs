@@ -11,6 +11,8 @@ use crate::problem::Problem;
 pub enum Origin {
     Client,
     Store,
+    /// The lock service a route's tokens come from.
+    Authority,
     Upstream,
     Gateway,
 }
@@ -71,6 +73,8 @@ pub enum ErrorKind {
     InvalidFenceSignature,
     FenceTooFarAhead,
     StaleFence,
+    LeaseEnded,
+    AuthorityUnavailable,
     GateTimeout,
     TurnLapsed,
     StoreUntrusted,
@@ -105,7 +109,7 @@ impl ErrorKind {
     pub fn spec(self) -> KindSpec {
         use ErrorKind as K;
         use Level::{Debug, Error, Info, Warn};
-        use Origin::{Client, Gateway, Store, Upstream};
+        use Origin::{Authority, Client, Gateway, Store, Upstream};
         use Retry::{After, No, Soon};
         let (status, slug, title, origin, retry, level) = match self {
             K::NoRoute                => (404, "no-route", "No route matches", Client, No, Debug),
@@ -125,6 +129,8 @@ impl ErrorKind {
             K::InvalidFenceSignature  => (403, "invalid-fence-signature", "Invalid fencing token signature", Client, No, Info),
             K::FenceTooFarAhead       => (409, "fence-too-far-ahead", "Fencing token too far ahead", Client, No, Info),
             K::StaleFence             => (409, "stale-fence", "Stale fencing token", Client, No, Info),
+            K::LeaseEnded             => (409, "lease-ended", "Lock lease ended", Client, No, Info),
+            K::AuthorityUnavailable   => (503, "authority-unavailable", "Lock authority unavailable", Authority, Soon, Warn),
             // Waiting for a busy key is the client's load, not a fault: logged as a refusal.
             K::GateTimeout            => (503, "gate-timeout", "Key busy", Client, Soon, Debug),
             K::TurnLapsed             => (503, "turn-lapsed", "Key turn ran out", Client, Soon, Debug),

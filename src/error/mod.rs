@@ -71,6 +71,14 @@ pub enum GatewayError {
         token: u64,
         current: u64,
     },
+    #[error("key {key}: token {token} is not the lock's current holder ({}): its lease ended", holder.map_or_else(|| "no one holds it".to_owned(), |h| format!("held with token {h}")))]
+    LeaseEnded {
+        key: String,
+        token: u64,
+        holder: Option<u64>,
+    },
+    #[error("key {key}: the lock authority cannot be consulted: {detail}")]
+    AuthorityUnavailable { key: String, detail: String },
     #[error("key {key}: token {token} was superseded by {current} while it waited for its turn")]
     Superseded {
         key: String,
@@ -155,6 +163,8 @@ impl GatewayError {
             GatewayError::Signature { .. } => K::InvalidFenceSignature,
             GatewayError::TooFarAhead { .. } => K::FenceTooFarAhead,
             GatewayError::StaleFence { .. } | GatewayError::Superseded { .. } => K::StaleFence,
+            GatewayError::LeaseEnded { .. } => K::LeaseEnded,
+            GatewayError::AuthorityUnavailable { .. } => K::AuthorityUnavailable,
             GatewayError::GateTimeout { .. } => K::GateTimeout,
             GatewayError::TurnLapsed { .. } => K::TurnLapsed,
             GatewayError::StoreFailed {
@@ -201,6 +211,8 @@ impl GatewayError {
             | GatewayError::TooFarAhead { key, .. }
             | GatewayError::StaleFence { key, .. }
             | GatewayError::Superseded { key, .. }
+            | GatewayError::LeaseEnded { key, .. }
+            | GatewayError::AuthorityUnavailable { key, .. }
             | GatewayError::GateTimeout { key, .. }
             | GatewayError::TurnLapsed { key }
             | GatewayError::StoreTimeout { key, .. }
@@ -339,6 +351,10 @@ impl RequestError {
                 problem.current_fence = Some(*current);
                 extra = Some((X_FENCE_CURRENT, HeaderValue::from(*current)));
             }
+            GatewayError::LeaseEnded { token, holder, .. } => {
+                problem.fence = Some(*token);
+                problem.current_fence = *holder;
+            }
             GatewayError::MethodNotAllowed { allow } => {
                 extra = Some((header::ALLOW, HeaderValue::from_static(allow)));
             }
@@ -366,6 +382,14 @@ impl RequestError {
                 current,
                 %request_id,
                 "refused: stale fencing token"
+            ),
+            GatewayError::LeaseEnded { key, token, holder } => tracing::info!(
+                %route,
+                %key,
+                token,
+                holder,
+                %request_id,
+                "refused: the token's lease ended"
             ),
             GatewayError::Token { key, error } => {
                 tracing::info!(%route, %key, reason = %error, %request_id, "refused: fencing token")

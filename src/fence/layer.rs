@@ -12,7 +12,9 @@ use http::{Request, Response};
 use tower::{Layer, Service};
 
 use super::advance::{advance, refuse_stale};
+use super::authority::check_authority;
 use super::limit::check_max_advance;
+use crate::authority::Authorities;
 use crate::config::{FenceMode, OnStoreError};
 use crate::error::{ErrorKind, GatewayError, Origin};
 use crate::extensions::{Admission, AdvanceBy};
@@ -25,11 +27,13 @@ use crate::token::{read_fence_header, SignatureError, TokenError};
 #[derive(Clone)]
 pub struct FenceLayer {
     store: Arc<CheckedStore>,
+    authorities: Option<Arc<Authorities>>,
 }
 
 impl FenceLayer {
-    pub fn new(store: Arc<CheckedStore>) -> FenceLayer {
-        FenceLayer { store }
+    /// Without `authorities`, routes with a lock authority refuse their fenced writes (503).
+    pub fn new(store: Arc<CheckedStore>, authorities: Option<Arc<Authorities>>) -> FenceLayer {
+        FenceLayer { store, authorities }
     }
 }
 
@@ -39,6 +43,7 @@ impl<S> Layer<S> for FenceLayer {
     fn layer(&self, inner: S) -> Fence<S> {
         Fence {
             store: Arc::clone(&self.store),
+            authorities: self.authorities.clone(),
             inner,
         }
     }
@@ -47,6 +52,7 @@ impl<S> Layer<S> for FenceLayer {
 #[derive(Clone)]
 pub struct Fence<S> {
     store: Arc<CheckedStore>,
+    authorities: Option<Arc<Authorities>>,
     inner: S,
 }
 
@@ -77,6 +83,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let store = Arc::clone(&self.store);
+        let authorities = self.authorities.clone();
         let by = request
             .extensions()
             .get::<AdvanceBy>()
@@ -85,7 +92,14 @@ where
         Box::pin(async move {
             let route = routed.route;
             let verdict = match read_key_and_token(&route, &routed.captures, &request) {
-                Ok(admission) => admit(&route, admission, &request, store.as_ref(), by).await,
+                Ok(admission) => {
+                    let checks = Checks {
+                        store: store.as_ref(),
+                        authorities: authorities.as_deref(),
+                        by,
+                    };
+                    admit(&route, admission, &request, checks).await
+                }
                 Err(refusal) => Err(refusal),
             };
             match (verdict, route.fence.mode) {
@@ -139,17 +153,30 @@ fn read_key_and_token<B>(
     Ok(Admission { key, token })
 }
 
+/// What a fenced request is checked with.
+struct Checks<'a> {
+    store: &'a CheckedStore,
+    authorities: Option<&'a Authorities>,
+    /// Which layer makes the advance.
+    by: AdvanceBy,
+}
+
 /// The checks after the token is read, cheapest and store-free first: the signature, then
-/// `max_advance`, then the compare-and-advance — or, when another layer owns the advance (`by`),
-/// a look at the cache, so that a token it already refuses is answered before the body is read.
-/// A refused signature never reaches the store.
+/// `max_advance`, then the lock authority (when the route has one), then the compare-and-advance
+/// — or, when another layer owns the advance (`by`), a look at the cache, so that a token it
+/// already refuses is answered before the body is read. A refused signature never reaches the
+/// store.
 async fn admit<B>(
     route: &CompiledRoute,
     admission: Admission,
     request: &Request<B>,
-    store: &CheckedStore,
-    by: AdvanceBy,
+    checks: Checks<'_>,
 ) -> Result<Admission, GatewayError> {
+    let Checks {
+        store,
+        authorities,
+        by,
+    } = checks;
     let counters = &route.counters;
     let Admission { key, token } = &admission;
     if let Some(signature) = &route.fence.signature {
@@ -179,6 +206,7 @@ async fn admit<B>(
             return Err(refusal);
         }
     }
+    check_authority(route, &admission, authorities).await?;
     if by != AdvanceBy::Fence {
         if let Some(mark) = store.known_mark(key) {
             if let Advance::Stale { current } = decide(Some(mark), *token, route.fence.compare) {

@@ -21,6 +21,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use tower::{Service, ServiceBuilder};
 
+use crate::authority::Authorities;
 use crate::budget::MemoryBudget;
 use crate::error::GatewayError;
 use crate::extensions::AmbiguousFraming;
@@ -65,6 +66,7 @@ impl Gateway {
         gates: Gates,
         metrics: Arc<Metrics>,
         limits: SharedLimits,
+        authorities: Option<Arc<Authorities>>,
     ) -> Gateway {
         // `intents`, when given, are the fence store's own backend. Without them, idempotent
         // routes answer 503.
@@ -80,8 +82,9 @@ impl Gateway {
                 Arc::clone(&metrics),
                 gates.cross_replica.is_some(),
             ))
-            // Before anything can reach the upstream: refuse stale generations (I1, I2).
-            .layer(FenceLayer::new(Arc::clone(&store)))
+            // Before anything can reach the upstream: refuse stale generations (I1, I2), and
+            // tokens whose lease the route's lock authority saw end.
+            .layer(FenceLayer::new(Arc::clone(&store), authorities))
             // After the fence (a superseded holder is refused before any replay) and before the
             // gate (a duplicate in flight is answered 409 at once instead of queueing).
             .layer(IdempotencyLayer::new(intents, limits.budget.clone()))

@@ -9,6 +9,7 @@ use super::idempotency::IdempotencySettings;
 use super::upstream::UpstreamTarget;
 use super::upstream_headers::{compile_strip_list, UpstreamHeaders};
 use super::{CanonicalPath, Captures, FencedMethods, KeyTemplate, PathPattern, PathRefusal};
+use crate::authority::AuthoritySettings;
 use crate::config::{
     CollectionWrites, Compare, FenceMode, FormatSuffix, OnStoreError, Ordering, PathParameters,
     RouteConfig,
@@ -69,6 +70,8 @@ pub struct FenceSettings {
     /// How much of a serialized write's response is read ahead so that its turn ends with the
     /// upstream.
     pub response_read_ahead: usize,
+    /// The lock service the tokens come from, followed by the gateway.
+    pub authority: Option<Arc<AuthoritySettings>>,
 }
 
 impl CompiledRoute {
@@ -345,6 +348,20 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
                 .map_err(|e| error(config, e.field, e.message))?,
         ),
     };
+    let authority = match &config.fence.authority {
+        None => None,
+        Some(_) if config.fence.mode == FenceMode::Off => {
+            return Err(error(
+                config,
+                "fence.authority",
+                "fence.mode = \"off\" checks no tokens, so it follows no lock service",
+            ))
+        }
+        Some(table) => Some(Arc::new(
+            AuthoritySettings::compile(table, config.resource_key.as_deref())
+                .map_err(|e| error(config, e.field, e.message))?,
+        )),
+    };
     let idempotency = match &config.idempotency {
         None => None,
         Some(table) => Some(
@@ -381,6 +398,7 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
             max_advance: config.fence.max_advance,
             signature,
             response_read_ahead: config.fence.response_read_ahead,
+            authority,
         },
         counters: RouteCounters::default(),
     })

@@ -10,6 +10,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod authority;
 mod claim_waits;
 mod etcd_access;
 mod fail_closed;

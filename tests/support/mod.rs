@@ -17,6 +17,7 @@ pub mod gateway;
 pub mod history;
 pub mod intent_contract;
 pub mod leases;
+pub mod locks;
 pub mod network_store;
 pub mod ordering;
 pub mod outcome;

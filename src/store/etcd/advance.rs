@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 
 use tokio::sync::oneshot;
 
-use super::client::EtcdClient;
 use super::error::{unexpected, wrap};
 use super::keys::{decode_mark, encode_mark, Keys};
-use super::wire::{
+use crate::config::Compare as CompareMode;
+use crate::etcd::client::EtcdClient;
+use crate::etcd::wire::{
     Compare, PutRequest, RangeRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse,
 };
-use crate::config::Compare as CompareMode;
 use crate::store::guard::expected::mismatch_reason;
 use crate::store::{decide, Advance, StoreError};
 
@@ -194,8 +194,8 @@ pub(super) async fn run_batch(
 
 #[cfg(test)]
 mod tests {
-    use super::super::wire::{KeyValue, PutResponse, RangeResponse};
     use super::*;
+    use crate::etcd::wire::{KeyValue, PutResponse, RangeResponse};
 
     fn kv(mark: u64) -> KeyValue {
         KeyValue {

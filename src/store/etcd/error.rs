@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::client::EtcdError;
+use crate::etcd::client::EtcdError;
 use crate::store::StoreError;
 
 pub(super) const BACKEND: &str = "etcd";

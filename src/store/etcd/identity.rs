@@ -4,10 +4,10 @@
 //! way the gateway sees a store it has not adopted (docs/design.md §4.4).
 
 use super::advance::read;
-use super::client::EtcdClient;
 use super::error::{unexpected, wrap};
 use super::keys::Keys;
-use super::wire::{Compare, PutRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse};
+use crate::etcd::client::EtcdClient;
+use crate::etcd::wire::{Compare, PutRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse};
 use crate::store::{new_store_id, StoreError, StoreIdentity};
 
 /// The record's part of an identity (what the transactions compare).

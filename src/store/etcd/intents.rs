@@ -11,11 +11,11 @@ use serde::{Deserialize, Serialize};
 use super::advance::read;
 use super::error::{unexpected, wrap};
 use super::keys::Keys;
-use super::wire::{
+use super::EtcdStore;
+use crate::etcd::wire::{
     Compare, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp,
     TxnRequest, TxnResponse,
 };
-use super::EtcdStore;
 use crate::store::intents::{
     decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
     StoredOutcome,
@@ -146,7 +146,7 @@ impl EtcdStore {
                     .map_err(|e| unexpected(format!("intent {key}: {e}")))?;
                 RequestOp::Put(PutRequest {
                     key: record_key.as_str().into(),
-                    value: super::wire::Bytes(value),
+                    value: crate::etcd::wire::Bytes(value),
                     lease: 0,
                     prev_kv: false,
                 })
@@ -199,6 +199,7 @@ impl EtcdStore {
             key: prefix.into(),
             range_end: bound.into(),
             limit: i64::try_from(limit).unwrap_or(i64::MAX),
+            count_only: false,
         };
         let answer: RangeResponse = self
             .client
@@ -386,7 +387,7 @@ impl EtcdStore {
             key: entry.into(),
             range_end: Default::default(),
         };
-        let _: super::wire::Empty = self
+        let _: crate::etcd::wire::Empty = self
             .client
             .call("/v3/kv/deleterange", &request)
             .await

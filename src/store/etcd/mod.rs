@@ -1,20 +1,18 @@
 //! The etcd backend: marks, intents and key turns in an etcd cluster, where an accepted advance
 //! is committed by a quorum before it is answered. Every key lives under `key_prefix`
-//! (`keys.rs`); the cluster is reached through its v3 HTTP/JSON gateway (`client.rs`, `wire.rs`).
+//! (`keys.rs`); the cluster is reached through its v3 HTTP/JSON gateway (`crate::etcd`).
 //!
 //! `advance.rs`: the batched compare-and-advance transaction; `fence.rs`: the `FenceStore` impl
 //! and the per-thread batchers; `identity.rs`: the store identity record; `intents.rs`: intent
 //! records by compare-and-swap on their revision; `turns.rs`: key turns under etcd leases.
 
 mod advance;
-mod client;
 mod error;
 mod fence;
 mod identity;
 mod intents;
 mod keys;
 mod turns;
-mod wire;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -22,11 +20,12 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::config::EtcdStoreConfig;
+use crate::etcd::client::{self, EtcdClient};
+use crate::etcd::wire;
 use crate::store::guard::expected::ExpectedIdentity;
 use crate::store::plumbing::per_thread::PerThread;
 use crate::store::StoreError;
 use advance::AdvanceRequest;
-use client::EtcdClient;
 use error::{wrap, BACKEND};
 use keys::Keys;
 pub use turns::EtcdTurns;

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::advance::{identity_holds, identity_refusal, mark_found, raise_mark, read};
-use super::client::EtcdClient;
 use super::error::{unexpected, wrap};
 use super::keys::{decode_mark, Keys};
-use super::wire::{
+use crate::etcd::client::EtcdClient;
+use crate::etcd::wire::{
     Compare, Empty, KeyValue, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest,
     PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp, TxnRequest, TxnResponse,
 };
@@ -224,7 +224,7 @@ impl TurnStore for EtcdTurns {
                 compare: vec![Compare::value_is(turn_key.as_str(), me)],
                 success: vec![
                     read(&turn_key),
-                    RequestOp::DeleteRange(super::wire::DeleteRangeRequest {
+                    RequestOp::DeleteRange(crate::etcd::wire::DeleteRangeRequest {
                         key: turn_key.as_str().into(),
                         range_end: Default::default(),
                     }),

@@ -100,7 +100,7 @@ fn tls_settings(config: &EtcdStoreConfig) -> Result<Option<UpstreamTls>, StoreTl
     if !any_https {
         return Err(StoreTlsError::new(
             "tls",
-            "[store.tls] needs https:// endpoints (http:// is plain TCP)",
+            "the tls table needs https:// endpoints (http:// is plain TCP)",
         ));
     }
     if table.mode.is_some() {
@@ -218,6 +218,95 @@ impl EtcdClient {
         }
     }
 
+    /// Posts `body` to a streaming API `path` (`/v3/watch`) and answers with the stream once
+    /// etcd accepted it. Endpoints and authentication as for [`EtcdClient::call`].
+    pub(crate) async fn stream<Req: Serialize>(
+        &self,
+        path: &str,
+        body: &Req,
+    ) -> Result<AnswerStream, EtcdError> {
+        let body =
+            Bytes::from(serde_json::to_vec(body).map_err(|e| EtcdError::Protocol(e.to_string()))?);
+        let mut renewed = false;
+        loop {
+            let token = self.token_for_request().await?;
+            let start = self.current.load(Ordering::Relaxed);
+            let count = self.endpoints.len().max(1);
+            let mut outcome = None;
+            for step in 0..count {
+                let index = (start + step) % count;
+                let Some(endpoint) = self.endpoints.get(index) else {
+                    break;
+                };
+                match self
+                    .open_stream(endpoint, path, body.clone(), token.as_deref())
+                    .await
+                {
+                    Err(e @ EtcdError::Connect { .. }) => outcome = Some(Err(e)),
+                    other => {
+                        if step > 0 {
+                            self.current.store(index, Ordering::Relaxed);
+                        }
+                        outcome = Some(other);
+                        break;
+                    }
+                }
+            }
+            match outcome {
+                Some(Err(EtcdError::Refused { code, .. }))
+                    if code == UNAUTHENTICATED && self.credentials.is_some() && !renewed =>
+                {
+                    self.forget_token();
+                    renewed = true;
+                }
+                Some(answer) => return answer,
+                None => return Err(EtcdError::Protocol("no endpoints configured".to_owned())),
+            }
+        }
+    }
+
+    async fn open_stream(
+        &self,
+        endpoint: &str,
+        path: &str,
+        body: Bytes,
+        token: Option<&str>,
+    ) -> Result<AnswerStream, EtcdError> {
+        let mut request =
+            Request::post(format!("{endpoint}{path}")).header(CONTENT_TYPE, "application/json");
+        if let Some(token) = token {
+            request = request.header(AUTHORIZATION, token);
+        }
+        let request = request
+            .body(Full::new(body))
+            .map_err(|e| EtcdError::Protocol(format!("{endpoint}{path}: {e}")))?;
+        let response = tokio::time::timeout(self.timeout, self.http.request(request))
+            .await
+            .map_err(|_| EtcdError::Timeout {
+                endpoint: endpoint.to_owned(),
+                timeout: self.timeout,
+            })?
+            .map_err(|e| transport_error(endpoint, &e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(AnswerStream {
+                endpoint: endpoint.to_owned(),
+                body: response.into_body(),
+                buffer: Vec::new(),
+            });
+        }
+        let bytes = tokio::time::timeout(
+            self.timeout,
+            Limited::new(response.into_body(), MAX_ANSWER_BYTES).collect(),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+        Err(refusal(endpoint, status, &bytes))
+    }
+
     /// The token to send, authenticating first when there is none yet.
     async fn token_for_request(&self) -> Result<Option<Arc<str>>, EtcdError> {
         let Some(credentials) = &self.credentials else {
@@ -323,20 +412,11 @@ impl EtcdClient {
             .body(Full::new(body))
             .map_err(|e| EtcdError::Protocol(format!("{endpoint}{path}: {e}")))?;
         let exchange = async {
-            let response = self.http.request(request).await.map_err(|e| {
-                let detail = error_chain(&e);
-                if e.is_connect() {
-                    EtcdError::Connect {
-                        endpoint: endpoint.to_owned(),
-                        detail,
-                    }
-                } else {
-                    EtcdError::Transport {
-                        endpoint: endpoint.to_owned(),
-                        detail,
-                    }
-                }
-            })?;
+            let response = self
+                .http
+                .request(request)
+                .await
+                .map_err(|e| transport_error(endpoint, &e))?;
             let status = response.status();
             let bytes = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
                 .collect()
@@ -349,18 +429,7 @@ impl EtcdClient {
             if status.is_success() {
                 return Ok(bytes);
             }
-            let error: ErrorBody = serde_json::from_slice(&bytes).unwrap_or_default();
-            let message = if error.message.is_empty() {
-                error.error
-            } else {
-                error.message
-            };
-            Err(EtcdError::Refused {
-                endpoint: endpoint.to_owned(),
-                status,
-                code: error.code,
-                message,
-            })
+            Err(refusal(endpoint, status, &bytes))
         };
         match tokio::time::timeout(self.timeout, exchange).await {
             Ok(answer) => answer,
@@ -372,9 +441,89 @@ impl EtcdClient {
     }
 }
 
+/// The answers etcd streams to one request (a watch): JSON objects, one per line, read as they
+/// come. Dropping it closes the stream.
+pub(crate) struct AnswerStream {
+    endpoint: String,
+    body: hyper::body::Incoming,
+    buffer: Vec<u8>,
+}
+
+impl AnswerStream {
+    /// The next answer; `None` when etcd closed the stream.
+    pub(crate) async fn next<T: DeserializeOwned>(&mut self) -> Option<Result<T, EtcdError>> {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Some(
+                    serde_json::from_slice(&line).map_err(|e| EtcdError::Decode {
+                        endpoint: self.endpoint.clone(),
+                        detail: e.to_string(),
+                    }),
+                );
+            }
+            if self.buffer.len() > MAX_ANSWER_BYTES {
+                return Some(Err(EtcdError::Protocol(format!(
+                    "{}: a streamed answer above {MAX_ANSWER_BYTES} bytes",
+                    self.endpoint
+                ))));
+            }
+            match self.body.frame().await {
+                None => return None,
+                Some(Err(e)) => {
+                    return Some(Err(EtcdError::Transport {
+                        endpoint: self.endpoint.clone(),
+                        detail: e.to_string(),
+                    }))
+                }
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.buffer.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Answers carrying the header whose cluster id is checked.
 pub(crate) trait HasHeader {
     fn header(&self) -> &Header;
+}
+
+/// A request that failed before an answer: `Connect` when it never reached the endpoint.
+fn transport_error(endpoint: &str, error: &hyper_util::client::legacy::Error) -> EtcdError {
+    let detail = error_chain(error);
+    if error.is_connect() {
+        EtcdError::Connect {
+            endpoint: endpoint.to_owned(),
+            detail,
+        }
+    } else {
+        EtcdError::Transport {
+            endpoint: endpoint.to_owned(),
+            detail,
+        }
+    }
+}
+
+/// etcd's error answer (`{"code", "message"}`) as an error.
+fn refusal(endpoint: &str, status: StatusCode, body: &[u8]) -> EtcdError {
+    let error: ErrorBody = serde_json::from_slice(body).unwrap_or_default();
+    let message = if error.message.is_empty() {
+        error.error
+    } else {
+        error.message
+    };
+    EtcdError::Refused {
+        endpoint: endpoint.to_owned(),
+        status,
+        code: error.code,
+        message,
+    }
 }
 
 /// An error and its sources, as one line: hyper's own message alone says only "client error".

@@ -17,6 +17,12 @@ impl From<&str> for Bytes {
     }
 }
 
+impl From<Vec<u8>> for Bytes {
+    fn from(bytes: Vec<u8>) -> Bytes {
+        Bytes(bytes)
+    }
+}
+
 impl From<String> for Bytes {
     fn from(text: String) -> Bytes {
         Bytes(text.into_bytes())
@@ -105,6 +111,9 @@ fn is_false(value: &bool) -> bool {
 pub(crate) struct Header {
     #[serde(default, deserialize_with = "uint64::deserialize")]
     pub(crate) cluster_id: u64,
+    /// The cluster's revision when it answered.
+    #[serde(default, with = "int64")]
+    pub(crate) revision: i64,
 }
 
 /// A stored key and its value.
@@ -112,6 +121,9 @@ pub(crate) struct Header {
 pub(crate) struct KeyValue {
     #[serde(default)]
     pub(crate) key: Bytes,
+    /// The revision that created the key (a lock's fencing token in etcd's recipe).
+    #[serde(default, with = "int64")]
+    pub(crate) create_revision: i64,
     #[serde(default, with = "int64")]
     pub(crate) mod_revision: i64,
     #[serde(default)]
@@ -129,6 +141,9 @@ pub(crate) struct RangeRequest {
     pub(crate) range_end: Bytes,
     #[serde(skip_serializing_if = "is_zero", with = "int64")]
     pub(crate) limit: i64,
+    /// Only the number of keys, not the keys.
+    #[serde(skip_serializing_if = "is_false")]
+    pub(crate) count_only: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -137,6 +152,9 @@ pub(crate) struct RangeResponse {
     pub(crate) header: Header,
     #[serde(default)]
     pub(crate) kvs: Vec<KeyValue>,
+    /// How many keys the range holds (all of them, whatever the limit).
+    #[serde(default, with = "int64")]
+    pub(crate) count: i64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -344,6 +362,79 @@ pub(crate) struct ErrorBody {
     pub(crate) error: String,
 }
 
+/// `/v3/watch`: follow every change to `[key, range_end)` from `start_revision` on.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct WatchRequest {
+    pub(crate) create_request: WatchCreateRequest,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct WatchCreateRequest {
+    pub(crate) key: Bytes,
+    #[serde(skip_serializing_if = "Bytes::is_empty")]
+    pub(crate) range_end: Bytes,
+    #[serde(skip_serializing_if = "is_zero", with = "int64")]
+    pub(crate) start_revision: i64,
+    /// Ask for empty answers now and then, so an idle watch's revision moves too.
+    #[serde(skip_serializing_if = "is_false")]
+    pub(crate) progress_notify: bool,
+}
+
+/// One streamed answer of a watch: `{"result": ...}`, or `{"error": ...}` when it broke.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct WatchAnswer {
+    #[serde(default)]
+    pub(crate) result: Option<WatchResponse>,
+    #[serde(default)]
+    pub(crate) error: Option<ErrorBody>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct WatchResponse {
+    #[serde(default)]
+    pub(crate) header: Header,
+    #[serde(default)]
+    pub(crate) canceled: bool,
+    /// Set when the start revision was compacted away: the watch must start over.
+    #[serde(default, with = "int64")]
+    pub(crate) compact_revision: i64,
+    #[serde(default)]
+    pub(crate) cancel_reason: String,
+    #[serde(default)]
+    pub(crate) events: Vec<Event>,
+}
+
+/// A key's change; a put when the type is left out.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct Event {
+    #[serde(default, rename = "type")]
+    pub(crate) kind: EventKind,
+    #[serde(default)]
+    pub(crate) kv: KeyValue,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub(crate) enum EventKind {
+    #[default]
+    #[serde(rename = "PUT")]
+    Put,
+    #[serde(rename = "DELETE")]
+    Delete,
+}
+
+/// The end of the range of every key starting with `prefix`: the prefix with its last byte
+/// below 0xff raised by one (empty, meaning "to the end", when there is none).
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
 /// A response with nothing fencegate reads but its header.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub(crate) struct Empty {
@@ -410,6 +501,21 @@ mod tests {
                 }}]
             })
         );
+    }
+
+    #[test]
+    fn a_watch_answer_reads_its_events() {
+        let text = r#"{"result":{"header":{"cluster_id":"1","revision":"9"},"events":[
+            {"kv":{"key":"bC9hL2I=","create_revision":"9","mod_revision":"9","version":"1"}},
+            {"type":"DELETE","kv":{"key":"bC9hL2M=","mod_revision":"9"}}]}}"#;
+        let answer: WatchAnswer = serde_json::from_str(text).expect("parses");
+        let result = answer.result.expect("a result");
+        assert_eq!(result.header.revision, 9);
+        assert_eq!(result.events[0].kind, EventKind::Put);
+        assert_eq!(result.events[0].kv.create_revision, 9);
+        assert_eq!(result.events[1].kind, EventKind::Delete);
+        assert_eq!(prefix_end(b"l/a/"), b"l/a0".to_vec());
+        assert_eq!(prefix_end(&[b'a', 0xff]), b"b".to_vec());
     }
 
     #[test]

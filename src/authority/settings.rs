@@ -1,0 +1,218 @@
+//! `[routes.fence.authority]` checked and compiled once, when the routes are: the lock mapping,
+//! how to reach the lock service, and what the route does with what it learns.
+
+use std::time::Duration;
+
+use crate::config::{
+    AuthorityConfig, AuthorityKind, EtcdStoreConfig, OnAuthorityUnavailable,
+    DEFAULT_CACHE_CAPACITY, DEFAULT_ETCD_MAX_BATCH, DEFAULT_TURN_MARGIN,
+};
+
+use super::mapping::{LockMapping, MappingError};
+
+/// How to reach the lock service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Service {
+    /// An etcd cluster, with the password read from its variable.
+    Etcd {
+        client: EtcdStoreConfig,
+        password: Option<String>,
+    },
+    /// A PostgreSQL lease table.
+    Postgres {
+        url: String,
+        table: String,
+        poll_interval: Duration,
+    },
+}
+
+/// A route's authority, compiled. Two routes with equal settings share one watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthoritySettings {
+    pub mapping: LockMapping,
+    pub service: Service,
+    pub require_live_lease: bool,
+    pub strict: bool,
+    pub on_unavailable: OnAuthorityUnavailable,
+    pub request_timeout: Duration,
+}
+
+impl AuthoritySettings {
+    /// Compiles `config`; `route_resource_key` is the route's own template, the default of
+    /// `resource_key`.
+    pub fn compile(
+        config: &AuthorityConfig,
+        route_resource_key: Option<&str>,
+    ) -> Result<AuthoritySettings, MappingError> {
+        let fail = |field: &'static str, message: &str| MappingError {
+            field,
+            message: message.to_owned(),
+        };
+        let resource_key = match (&config.resource_key, route_resource_key) {
+            (Some(template), _) => template.as_str(),
+            (None, Some(template)) => template,
+            (None, None) => {
+                return Err(fail(
+                    "fence.authority.resource_key",
+                    "required: the route has no resource_key to default to",
+                ))
+            }
+        };
+        let mapping = LockMapping::parse(&config.lock_key, resource_key).map_err(|e| {
+            if config.resource_key.is_none() && e.field == "fence.authority.resource_key" {
+                MappingError {
+                    field: e.field,
+                    message: format!("not set, so the route's resource_key is used: {e}; set resource_key here to say which resource key a lock guards"),
+                }
+            } else {
+                e
+            }
+        })?;
+        if config.strict && !config.require_live_lease {
+            return Err(fail(
+                "fence.authority.strict",
+                "confirms the holder of a live lease, so it needs require_live_lease = true",
+            ));
+        }
+        if config.request_timeout.is_zero() {
+            return Err(fail(
+                "fence.authority.request_timeout",
+                "must be above zero",
+            ));
+        }
+        let service = match config.kind {
+            AuthorityKind::Etcd => etcd_service(config)?,
+            AuthorityKind::Postgres => postgres_service(config)?,
+        };
+        Ok(AuthoritySettings {
+            mapping,
+            service,
+            require_live_lease: config.require_live_lease,
+            strict: config.strict,
+            on_unavailable: config.on_unavailable,
+            request_timeout: config.request_timeout,
+        })
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self.service {
+            Service::Etcd { .. } => "etcd",
+            Service::Postgres { .. } => "postgres",
+        }
+    }
+}
+
+fn etcd_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
+    let fail = |field: &'static str, message: String| MappingError { field, message };
+    if config.url.is_some() {
+        return Err(fail(
+            "fence.authority.url",
+            "PostgreSQL only: etcd is reached at `endpoints`".to_owned(),
+        ));
+    }
+    if config.endpoints.is_empty() {
+        return Err(fail(
+            "fence.authority.endpoints",
+            "name at least one client URL, e.g. \"http://127.0.0.1:2379\"".to_owned(),
+        ));
+    }
+    if !config
+        .endpoints
+        .iter()
+        .all(|e| e.starts_with("http://") || e.starts_with("https://"))
+    {
+        return Err(fail(
+            "fence.authority.endpoints",
+            "each endpoint is an http:// or https:// URL".to_owned(),
+        ));
+    }
+    let password = match (&config.username, &config.password_env) {
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(fail(
+                "fence.authority.password_env",
+                "a username needs the variable holding its password".to_owned(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(fail(
+                "fence.authority.username",
+                "password_env needs the username it belongs to".to_owned(),
+            ))
+        }
+        (Some(_), Some(variable)) => Some(std::env::var(variable).map_err(|_| {
+            fail(
+                "fence.authority.password_env",
+                format!("the environment variable {variable} is not set"),
+            )
+        })?),
+    };
+    let client = EtcdStoreConfig {
+        endpoints: config.endpoints.clone(),
+        key_prefix: String::new(),
+        username: config.username.clone(),
+        password_env: config.password_env.clone(),
+        request_timeout: config.request_timeout,
+        turn_margin: DEFAULT_TURN_MARGIN,
+        max_batch: DEFAULT_ETCD_MAX_BATCH,
+        cache_capacity: DEFAULT_CACHE_CAPACITY,
+        tls: config.tls.clone(),
+    };
+    crate::etcd::client::check_tls(&client).map_err(|e| {
+        let field = match e.field {
+            "tls.ca_file" => "fence.authority.tls.ca_file",
+            "tls.client_cert" => "fence.authority.tls.client_cert",
+            "tls.client_key" => "fence.authority.tls.client_key",
+            _ => "fence.authority.tls",
+        };
+        fail(field, e.message)
+    })?;
+    Ok(Service::Etcd { client, password })
+}
+
+fn postgres_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
+    let fail = |field: &'static str, message: &str| MappingError {
+        field,
+        message: message.to_owned(),
+    };
+    let Some(url) = &config.url else {
+        return Err(fail(
+            "fence.authority.url",
+            "the PostgreSQL database holding the lease table, e.g. \"postgres://locks@db/app\"",
+        ));
+    };
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(fail(
+            "fence.authority.url",
+            "a postgres:// or postgresql:// URL",
+        ));
+    }
+    if !config.endpoints.is_empty() || config.username.is_some() || config.tls.is_some() {
+        return Err(fail(
+            "fence.authority.endpoints",
+            "etcd only: endpoints, username, password_env and tls; PostgreSQL takes them in `url`",
+        ));
+    }
+    let identifier = |part: &str| {
+        !part.is_empty()
+            && part.len() <= 63
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            && !part.as_bytes()[0].is_ascii_digit()
+    };
+    if !config.table.split('.').all(identifier) || config.table.split('.').count() > 2 {
+        return Err(fail(
+            "fence.authority.table",
+            "a lower-case table name, optionally schema-qualified (lock_leases, locks.lock_leases)",
+        ));
+    }
+    if config.poll_interval < Duration::from_millis(10) {
+        return Err(fail("fence.authority.poll_interval", "at least 10ms"));
+    }
+    Ok(Service::Postgres {
+        url: url.clone(),
+        table: config.table.clone(),
+        poll_interval: config.poll_interval,
+    })
+}

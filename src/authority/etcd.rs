@@ -117,7 +117,15 @@ impl EtcdLocks {
                         .into_iter()
                         .filter_map(|lock| contenders.holder_of(&lock))
                         .collect();
-                    feed.apply(changes, result.header.revision);
+                    // The revision every event up to which was applied: the last event's, or
+                    // for a progress answer (no events) the header's.
+                    let reached = result
+                        .events
+                        .iter()
+                        .map(|e| e.kv.mod_revision)
+                        .max()
+                        .unwrap_or(result.header.revision);
+                    feed.apply(changes, reached);
                 }
                 _ = probes.tick() => {
                     let count = RangeRequest {

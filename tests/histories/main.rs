@@ -1,7 +1,8 @@
 //! Serialized keys across replicas, and faults: the I4 history checker (three gateway processes
 //! on one PostgreSQL schema or Redis prefix, with a real lease table), turn leases that a lost
 //! store connection does not end, the ordering gate's lock on PostgreSQL, and the fault matrix
-//! (store, upstream and `kill -9` faults on every backend, each cell checking I1, I2, I5 and I7).
+//! (store, upstream and `kill -9` faults on every backend, each cell checking I1, I2, I5 and I7),
+//! and zombies of an etcd lock with and without the gateway following the lock service.
 //!
 //! One test binary for all of them: each links the whole crate. Every test has a
 //! schema or key prefix of its own and picks free ports. `serialized_history` opens the most
@@ -13,6 +14,7 @@
 mod support;
 
 mod fault_matrix;
+mod lease_zombies;
 mod ordering_postgres;
 mod serialized_history;
 mod turn_leases;

@@ -136,3 +136,119 @@ async fn connect() -> sqlx::PgConnection {
         .await
         .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"))
 }
+
+/// A watch of every key under a prefix, from the test's side: when each key was deleted, by
+/// revision and by the test's clock.
+pub struct EtcdObserver {
+    deletes: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, i64>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EtcdObserver {
+    pub async fn start(prefix: &str) -> EtcdObserver {
+        use http_body_util::BodyExt as _;
+        let mut end = prefix.as_bytes().to_vec();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        let body = serde_json::json!({"create_request": {
+            "key": b64(prefix),
+            "range_end": base64::engine::general_purpose::STANDARD.encode(&end),
+        }});
+        let client = pooled_client();
+        let request = http::Request::post(format!("{}/v3/watch", super::etcd::etcd_url()))
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                body.to_string(),
+            )))
+            .expect("a watch request");
+        let response = client
+            .request(request)
+            .await
+            .unwrap_or_else(|e| panic!("etcd's watch is required: {e}"));
+        assert!(response.status().is_success(), "the watch started");
+        let deletes = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let recorded = std::sync::Arc::clone(&deletes);
+        let task = tokio::spawn(async move {
+            let mut body = response.into_body();
+            let mut buffer: Vec<u8> = Vec::new();
+            while let Some(Ok(frame)) = body.frame().await {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                buffer.extend_from_slice(&data);
+                while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = buffer.drain(..=end).collect();
+                    let Ok(answer) = serde_json::from_slice::<serde_json::Value>(&line) else {
+                        continue;
+                    };
+                    let events = answer["result"]["events"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    for event in events {
+                        if event["type"] != "DELETE" {
+                            continue;
+                        }
+                        let key = base64::engine::general_purpose::STANDARD
+                            .decode(event["kv"]["key"].as_str().unwrap_or_default())
+                            .ok()
+                            .and_then(|k| String::from_utf8(k).ok())
+                            .unwrap_or_default();
+                        let revision = event["kv"]["mod_revision"]
+                            .as_str()
+                            .and_then(|r| r.parse().ok())
+                            .unwrap_or_default();
+                        recorded.lock().expect("deletes").insert(key, revision);
+                    }
+                }
+            }
+        });
+        EtcdObserver { deletes, task }
+    }
+
+    /// Waits for `key`'s delete (its lease ended): the delete's revision.
+    pub async fn deleted(&self, key: &str, within: Duration) -> i64 {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(revision) = self.deletes.lock().expect("deletes").get(key) {
+                return *revision;
+            }
+            assert!(started.elapsed() < within, "{key} was never deleted");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+impl Drop for EtcdObserver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+type PooledClient = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    http_body_util::Full<bytes::Bytes>,
+>;
+
+/// A keep-alive client, for callers that ask many times a second (no connection per request).
+pub fn pooled_client() -> PooledClient {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http()
+}
+
+/// The revision a gateway's first lock authority reached, from `/admin/authorities`.
+pub async fn authority_revision(client: &PooledClient, admin_url: &str, token: &str) -> i64 {
+    use http_body_util::BodyExt as _;
+    let request = http::Request::get(admin_url)
+        .header("authorization", format!("Bearer {token}"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("a request");
+    let response = client.request(request).await.expect("the admin answers");
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("the admin's body")
+        .to_bytes();
+    let listed: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    listed["authorities"][0]["revision"].as_i64().unwrap_or(0)
+}

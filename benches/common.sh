@@ -9,3 +9,12 @@ to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v+0} else if (v ~ /
 
 # The median of the numbers on stdin, one per line.
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# etcd_delete_prefix PREFIX: deletes every key under PREFIX (which ends in "/") from the etcd at
+# $ETCD_URL, through its JSON gateway.
+etcd_delete_prefix() {
+  local key end
+  key=$(printf '%s' "$1" | base64 -w0)
+  end=$(printf '%s0' "${1%/}" | base64 -w0)
+  curl -fsS "$ETCD_URL/v3/kv/deleterange" -d "{\"key\":\"$key\",\"range_end\":\"$end\"}" >/dev/null
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Accepted fenced writes per second on each store backend (embedded, PostgreSQL, Redis), side by
+# Accepted fenced writes per second on each store backend (embedded, PostgreSQL, Redis, etcd), side by
 # side with a gateway's passthrough route (mode = "off") and the upstream called directly, in one run.
 #
 #   benches/fenced-writes.sh            # 5 rounds of 10 s per path, c=64 (ROUNDS, SECS, CONNS, KEYS)
@@ -16,9 +16,10 @@
 #                                         # upstream, kept alive), passthrough-tls-both
 #   FENCEGATE_BIN=path benches/fenced-writes.sh  # measure that build instead of target/release
 #
-# PostgreSQL (127.0.0.1:5432, database test, schema fencegate_bench, recreated) and Redis
-# (127.0.0.1:6379, keys under fencegate-bench:*, deleted afterwards) must be running; the script
-# starts them with scripts/ensure-services.sh when they are installed.
+# PostgreSQL (127.0.0.1:5432, database test, schema fencegate_bench, recreated), Redis
+# (127.0.0.1:6379, keys under fencegate-bench:*, deleted afterwards) and etcd (127.0.0.1:2379,
+# keys under fencegate-bench/<time>/, deleted afterwards) must be running; the script starts them
+# with scripts/ensure-services.sh when they are installed.
 #
 # Every fenced request carries a new, larger token for its key (a real durable advance, not a
 # repeat of a known token): request n writes key n % KEYS with token BASE + n. The upstream is
@@ -46,6 +47,8 @@ TLS_GATEWAY_PORT=${TLS_GATEWAY_PORT:-18090}
 BACKENDS=${BACKENDS:-"embedded postgres redis"}
 PATHS=${PATHS:-"direct passthrough $(for b in $BACKENDS; do printf 'fenced-%s ' "$b"; done)"}
 REDIS_PREFIX="fencegate-bench:$(date +%s):"
+ETCD_URL=http://127.0.0.1:2379
+ETCD_PREFIX="fencegate-bench/$(date +%s)/"
 
 # shellcheck source=benches/common.sh
 source benches/common.sh
@@ -69,6 +72,7 @@ cleanup() {
     *" pgbench-upsert "*) psql -q -h 127.0.0.1 -U postgres -d test -c "DROP SCHEMA IF EXISTS fencegate_pgbench CASCADE" >/dev/null 2>&1 || true ;;
   esac
   redis-cli --scan --pattern "${REDIS_PREFIX}*" 2>/dev/null | xargs -r -n 500 redis-cli del >/dev/null 2>&1 || true
+  etcd_delete_prefix "$ETCD_PREFIX" || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -132,6 +136,7 @@ store_table() {
     # Plain, as before the TLS work: the local server offers TLS and sqlx's default (prefer) would take it.
     postgres) printf '[store]\nbackend = "postgres"\nurl = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"\nschema = "fencegate_bench"\n' ;;
     redis) printf '[store]\nbackend = "redis"\nurl = "redis://127.0.0.1:6379"\nkey_prefix = "%s"\n' "$REDIS_PREFIX" ;;
+    etcd) printf '[store]\nbackend = "etcd"\nendpoints = ["%s"]\nkey_prefix = "%sstore/"\n' "$ETCD_URL" "$ETCD_PREFIX" ;;
   esac
 }
 
@@ -271,6 +276,64 @@ for backend in $BACKENDS; do
       done ;;
   esac
 done
+
+# The held paths: 64 etcd locks taken as etcd's recipe takes them (a key <lock>/<lease hex> under
+# a 10-minute lease; its create revision is the holder's token), and a gateway on the embedded
+# store whose three routes differ only in their authority. Each request is a holder's write with
+# its own token (repeated: compare = "monotonic" lets a holder write many times).
+case " $PATHS " in
+  *" held-"*)
+    : >"$work/held-tokens.lua"
+    echo "tokens = {" >>"$work/held-tokens.lua"
+    for i in $(seq 0 63); do
+      lease=$(curl -fsS "$ETCD_URL/v3/lease/grant" -d '{"TTL":"600"}' | sed 's/.*"ID":"\([0-9]*\)".*/\1/')
+      key=$(printf '%slocks/%s/%x' "$ETCD_PREFIX" "$i" "$lease" | base64 -w0)
+      revision=$(curl -fsS "$ETCD_URL/v3/kv/put" -d "{\"key\":\"$key\",\"value\":\"aA==\",\"lease\":\"$lease\"}" |
+        sed 's/.*"revision":"\([0-9]*\)".*/\1/')
+      echo "  [$i] = \"$revision\"," >>"$work/held-tokens.lua"
+    done
+    echo "}" >>"$work/held-tokens.lua"
+    authority() {
+      printf '[routes.fence.authority]\nkind = "etcd"\nendpoints = ["%s"]\nlock_key = "%slocks/{id}"\nresource_key = "held:{id}"\n%s\n' \
+        "$ETCD_URL" "$ETCD_PREFIX" "$1"
+    }
+    mkdir -p "$work/held"
+    {
+      printf '[server]\nlisten = "127.0.0.1:%s"\nstate_dir = "%s/held"\n' "$next_port" "$work"
+      printf '[store]\nbackend = "embedded"\npath = "%s/held/fencegate.db"\n' "$work"
+      for mode in plain watch strict; do
+        printf '[[routes]]\nname = "held-%s"\npath = "/held-%s/{id}"\nupstream = "http://127.0.0.1:%s"\nresource_key = "held:{id}"\n' \
+          "$mode" "$mode" "$UPSTREAM_PORT"
+        case $mode in
+          watch) authority "" ;;
+          strict) authority $'require_live_lease = true\nstrict = true' ;;
+        esac
+      done
+    } >"$work/held.toml"
+    start_gateway held "$next_port"
+    next_port=$((next_port + 1))
+    # Every held path answers its holders before anything is measured.
+    for mode in plain watch strict; do
+      token=$(sed -n 's/  \[0\] = "\([0-9]*\)",/\1/p' "$work/held-tokens.lua")
+      for _ in $(seq 1 50); do
+        status=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "X-Fence: $token" "http://127.0.0.1:${port[held]}/held-$mode/0")
+        [ "$status" = 200 ] && break
+        sleep 0.1
+      done
+      [ "$status" = 200 ] || { echo "fenced-writes.sh: held-$mode answered $status to its holder" >&2; exit 1; }
+    done ;;
+esac
+cat > "$work/held.lua" <<LUA
+dofile("$work/held-tokens.lua")
+local n = 0
+local prefix = os.getenv("PREFIX")
+request = function()
+  n = n + 1
+  local i = n % 64
+  return wrk.format("POST", prefix .. i, { ["X-Fence"] = tokens[i] }, "")
+end
+done = function(summary) io.write(string.format("non2xx %d\n", summary.errors.status)) end
+LUA
 
 cat > "$work/advance.lua" <<'LUA'
 local n = 0
@@ -417,6 +480,9 @@ for round in $(seq 1 "$ROUNDS"); do
       fenced-*)
         CPU_PIDS=${gateway_pid[${path#fenced-}]}
         line=$(run "http://127.0.0.1:${port[${path#fenced-}]}/invoices/1" "$work/advance.lua") ;;
+      held-*)
+        CPU_PIDS=${gateway_pid[held]}
+        line=$(run "http://127.0.0.1:${port[held]}/$path/0" "$work/held.lua" "/$path/") ;;
       stale-*)
         CPU_PIDS=${gateway_pid[${path#stale-}]}
         line=$(run "http://127.0.0.1:${port[${path#stale-}]}/invoices/1" "$work/stale.lua") ;;

@@ -5,7 +5,8 @@
 # Then scripts/tls-setup.sh gives them TLS for the store-TLS tests (PostgreSQL ssl on, TLS-only
 # Redis on 6380 and 6381, the test certificates in /var/lib/fencegate-test-tls), and
 # scripts/etcd-setup.sh starts the etcd servers for the etcd store tests (plain on 2379, TLS with
-# client certificates from the test CA on 2381, authentication on 2383), installing etcd if needed.
+# client certificates from the test CA on 2381, authentication on 2383), installing etcd if needed,
+# and scripts/zookeeper-setup.sh starts ZooKeeper on 2181 for the ZooKeeper token snippet.
 set -u
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -43,4 +44,6 @@ fi
 "$(dirname "$0")/tls-setup.sh" || echo "tls: setup incomplete; the store TLS tests will fail"
 # After tls-setup.sh: the TLS etcd uses the test CA. Exits non-zero when a server is not up.
 "$(dirname "$0")/etcd-setup.sh" || echo "etcd: setup incomplete; the etcd tests will fail"
+# Exits non-zero when ZooKeeper is not up; the ZooKeeper snippet's test then fails naming it.
+"$(dirname "$0")/zookeeper-setup.sh" || echo "zookeeper: setup incomplete; the ZooKeeper snippet test will fail"
 exit 0

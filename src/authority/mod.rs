@@ -1,5 +1,5 @@
 //! The lock service a route's tokens come from, followed while the gateway runs
-//! (`[routes.fence.authority]`, docs/design.md §2.6). A grant raises the resource's mark to the
+//! (`[routes.fence.authority]`, docs/design.md §2.4). A grant raises the resource's mark to the
 //! new holder's token at once, an ended lease raises it past the ended holder's, and with
 //! `require_live_lease` a write must carry the current holder's token.
 //!

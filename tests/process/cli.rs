@@ -94,6 +94,40 @@ fn check_config_names_the_etcd_store_field_at_fault() {
 }
 
 #[test]
+fn check_config_names_the_authority_field_at_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = "kind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]";
+    let cases = [
+        (format!("{etcd}\nlock_key = \"locks/{{other}}\""), "fence.authority.resource_key"),
+        (format!("{etcd}\nlock_key = \"locks/{{a}}{{id}}\"\nresource_key = \"r:{{a}}:{{id}}\""), "fence.authority.lock_key"),
+        (format!("{etcd}\nlock_key = \"locks/{{id}}\"\nstrict = true"), "fence.authority.strict"),
+        ("kind = \"etcd\"\nlock_key = \"locks/{id}\"".to_owned(), "fence.authority.endpoints"),
+        (format!("{etcd}\nlock_key = \"locks/{{id}}\"\nusername = \"u\""), "fence.authority.password_env"),
+        (format!("{etcd}\nlock_key = \"locks/{{id}}\"\npassword_env = \"FENCEGATE_TEST_UNSET_PASSWORD\"\nusername = \"u\""), "fence.authority.password_env"),
+        ("kind = \"postgres\"\nlock_key = \"job:{id}\"".to_owned(), "fence.authority.url"),
+        ("kind = \"postgres\"\nurl = \"postgres://db/app\"\nlock_key = \"job:{id}\"\ntable = \"locks; drop\"".to_owned(), "fence.authority.table"),
+        ("kind = \"zookeeper\"\nlock_key = \"job:{id}\"".to_owned(), "kind"),
+    ];
+    for (authority, field) in cases {
+        let path = dir.path().join("authority.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:8080\"\n\n[[routes]]\nname = \"jobs\"\npath = \"/jobs/{{id}}\"\nupstream = \"http://127.0.0.1:9\"\nresource_key = \"job:{{id}}\"\n\n[routes.fence.authority]\n{authority}\n"
+            ),
+        )
+        .unwrap();
+        let output = fencegate(&["check-config", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{authority}: accepted");
+        assert!(
+            stderr.contains("authority.toml") && stderr.contains(field),
+            "{authority}: expected {field}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn check_config_reports_semantic_errors_with_route_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad-upstream.toml");

@@ -2,7 +2,8 @@
 //! and `kill -9`, SIGTERM and SIGHUP, log lines, idempotency across a crash, hostile load under
 //! `prlimit` limits, three replicas on one PostgreSQL schema or Redis prefix (the I1 history
 //! check across processes), and the official Stripe Python library through the binary to a fake
-//! provider (each payout charged once across retries, duplicates and a `kill -9`).
+//! provider (each payout charged once across retries, duplicates and a `kill -9`), and the
+//! lock clients of docs/getting-tokens.md (etcd, a PostgreSQL lease table) writing through it.
 //!
 //! One test binary for all of them: each links the whole crate. The resource limits
 //! (`prlimit --as`, `--nofile`) are set on the child only, never on this process, and the memory
@@ -22,3 +23,4 @@ mod reload;
 mod replicas;
 mod shutdown;
 mod stripe;
+mod token_snippets;

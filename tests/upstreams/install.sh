@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs, only where missing, what the differential test's upstreams need:
 #   nginx (Debian, with the DAV module), golang-go (Debian), Flask 3 (pip), Express 5 (npm),
-# and the Stripe end-to-end test's client library: stripe 16.1.0 (pip).
+# the Stripe end-to-end test's client library: stripe 16.1.0 (pip), and psycopg 3.3.9 and kazoo
+# 2.11.0 (pip) for the token snippets test.
 # Idempotent; runnable from any directory. Prints one line per tool and exits non-zero, naming
 # what failed, if any install fails.
 set -u
@@ -91,6 +92,50 @@ else
   else
     echo "stripe: FAILED to install (python3 -m pip install stripe==$STRIPE_VERSION)"
     failed+=(stripe)
+  fi
+fi
+
+# psycopg 3 (with its bundled libpq), pinned, for the PostgreSQL lease snippet that
+# tests/process/token_snippets.rs runs (examples/tokens/pg_lease.py).
+PSYCOPG_VERSION=3.3.9
+psycopg_version() { python3 -c 'import importlib.metadata as m; print(m.version("psycopg"))' 2>/dev/null; }
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "psycopg: FAILED: no python3 on PATH"
+  failed+=(psycopg)
+elif [ "$(psycopg_version)" = "$PSYCOPG_VERSION" ] && python3 -c 'import psycopg' >/dev/null 2>&1; then
+  echo "psycopg: present ($PSYCOPG_VERSION)"
+else
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    apt_install python3-pip >/dev/null 2>&1 || true
+  fi
+  # A Debian system python refuses plain pip installs (PEP 668); retry with the override there.
+  if { python3 -m pip install -q "psycopg[binary]==$PSYCOPG_VERSION" \
+       || python3 -m pip install -q --break-system-packages "psycopg[binary]==$PSYCOPG_VERSION"; } \
+      && python3 -c 'import psycopg' >/dev/null 2>&1; then
+    echo "psycopg: installed ($(psycopg_version))"
+  else
+    echo "psycopg: FAILED to install (python3 -m pip install psycopg[binary]==$PSYCOPG_VERSION)"
+    failed+=(psycopg)
+  fi
+fi
+
+# kazoo, pinned, for the ZooKeeper snippet (examples/tokens/zk_lock.py) that
+# tests/process/token_snippets.rs runs against the ZooKeeper scripts/zookeeper-setup.sh starts.
+KAZOO_VERSION=2.11.0
+kazoo_version() { python3 -c 'import importlib.metadata as m; print(m.version("kazoo"))' 2>/dev/null; }
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "kazoo: FAILED: no python3 on PATH"
+  failed+=(kazoo)
+elif [ "$(kazoo_version)" = "$KAZOO_VERSION" ] && python3 -c 'import kazoo' >/dev/null 2>&1; then
+  echo "kazoo: present ($KAZOO_VERSION)"
+else
+  if { python3 -m pip install -q "kazoo==$KAZOO_VERSION" \
+       || python3 -m pip install -q --break-system-packages "kazoo==$KAZOO_VERSION"; } \
+      && python3 -c 'import kazoo' >/dev/null 2>&1; then
+    echo "kazoo: installed ($(kazoo_version))"
+  else
+    echo "kazoo: FAILED to install (python3 -m pip install kazoo==$KAZOO_VERSION)"
+    failed+=(kazoo)
   fi
 fi
 

@@ -6,8 +6,9 @@
 #   FENCEGATE_BIN=path OUT=file benches/run.sh   # another build (e.g. an older commit's), written to file
 #
 # Each table below is one benches/fenced-writes.sh run: the paths of a table alternate within
-# each round (A B A B) and every figure is the median of the rounds. Needs PostgreSQL and Redis
-# (started by scripts/ensure-services.sh when installed); installs wrk and nginx-light if missing.
+# each round (A B A B) and every figure is the median of the rounds. Needs PostgreSQL, Redis and
+# etcd (started by scripts/ensure-services.sh when installed); installs wrk and nginx-light if
+# missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -33,11 +34,12 @@ table() {
 
 table proxy 128 embedded "direct nginx passthrough"
 table tls 128 embedded "passthrough nginx passthrough-tls-listener nginx-tls-listener passthrough-tls-upstream nginx-tls-upstream passthrough-tls-both"
-table stores 64 "embedded postgres redis" \
-  "passthrough fenced-embedded fenced-postgres spread-none-postgres fenced-redis pgbench-upsert stale-embedded idem-embedded"
+table stores 64 "embedded postgres redis etcd" \
+  "passthrough fenced-embedded fenced-postgres spread-none-postgres fenced-redis fenced-etcd spread-none-etcd pgbench-upsert stale-embedded idem-embedded"
 table ordering 64 "embedded postgres redis" \
   "spread-serialize-embedded spread-none-embedded spread-serialize-postgres spread-none-postgres spread-serialize-redis spread-none-redis"
 table latency 1 embedded "passthrough fenced-embedded"
+table authority 64 embedded "passthrough held-plain held-watch held-strict"
 
 # One fsync on this disk (the embedded store's durability cost at c=1): 500 O_DSYNC 4 KiB writes
 # in the directory the benchmarks keep their stores in.
@@ -62,6 +64,12 @@ r_pg_upsert=$(ratio "$(field stores fenced-postgres 2)" "$(field stores pgbench-
 r_postgres_none=$(ratio "$(field stores spread-none-postgres 2)" "$pass")
 r_pg_upsert_none=$(ratio "$(field stores spread-none-postgres 2)" "$(field stores pgbench-upsert 2)")
 r_redis=$(ratio "$(field stores fenced-redis 2)" "$pass")
+etcd_serialize=$(field stores fenced-etcd 2)
+etcd_none=$(field stores spread-none-etcd 2)
+r_etcd_pg=$(ratio "$etcd_serialize" "$(field stores fenced-postgres 2)")
+r_etcd_pg_none=$(ratio "$etcd_none" "$(field stores spread-none-postgres 2)")
+r_watch=$(ratio "$(field authority held-watch 2)" "$(field authority held-plain 2)")
+r_strict=$(ratio "$(field authority held-strict 2)" "$(field authority held-plain 2)")
 r_stale=$(ratio "$(field stores stale-embedded 2)" "$pass")
 idem=$(field stores idem-embedded 2)
 r_idem=$(ratio "$idem" 10500)
@@ -98,6 +106,9 @@ mib_million=$(awk -v b="$bytes_per_key" 'BEGIN {printf "%.0f", b * 1000000 / 104
   echo "| the same with \`ordering = \"none\"\` | ${r_postgres_none}× | $(verdict "$r_postgres_none" 0.5) |"
   echo "| fenced writes, PostgreSQL ≥ 2× one INSERT … ON CONFLICT per request (pgbench, ${PGBENCH_CLIENTS:-16} clients): serialize; none | ${r_pg_upsert}×; ${r_pg_upsert_none}× | $(verdict "$r_pg_upsert" 2); $(verdict "$r_pg_upsert_none" 2) |"
   echo "| fenced writes, Redis ≥ 0.7× passthrough | ${r_redis}× | $(verdict "$r_redis" 0.7) |"
+  echo "| fenced writes, etcd, next to PostgreSQL: serialize; none | $etcd_serialize req/s = ${r_etcd_pg}×; $etcd_none req/s = ${r_etcd_pg_none}× | - |"
+  echo "| lock authority watch / no authority, holders' writes (cost of following etcd) | ${r_watch} | - |"
+  echo "| lock authority \`strict\` / no authority (a linearizable etcd read per batch of writes) | ${r_strict} | - |"
   echo "| stale writes refused from the cache ≥ 1.5× passthrough | ${r_stale}× | $(verdict "$r_stale" 1.5) |"
   echo "| idempotent writes, unique keys, embedded ≥ 3× 10.5k req/s | $idem req/s = ${r_idem}× | $(verdict "$r_idem" 3) |"
   echo "| serialize / none on 10,000 keys, embedded ≥ 0.9 | ${r_order_e} | $(verdict "$r_order_e" 0.9) |"
@@ -131,6 +142,15 @@ mib_million=$(awk -v b="$bytes_per_key" 'BEGIN {printf "%.0f", b * 1000000 / 104
   echo
   echo "## Ordering (c=64, 10,000 keys)"
   cat "$work/ordering.md"
+  echo
+  echo "## Lock authority (c=64)"
+  echo
+  echo "64 etcd locks held (etcd's recipe: a key under a lease, the create revision is the token); every request"
+  echo "is a holder's write with its own token, through a gateway on the embedded store whose routes differ only"
+  echo "in \`[routes.fence.authority]\`: none (\`held-plain\`), the watch (\`held-watch\`), and"
+  echo "\`require_live_lease\` + \`strict\` (\`held-strict\`: each write's holder confirmed by a linearizable read,"
+  echo "batched)."
+  cat "$work/authority.md"
   echo
   echo "## Latency at c=1"
   cat "$work/latency.md"

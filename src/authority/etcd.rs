@@ -118,13 +118,15 @@ impl EtcdLocks {
                         .filter_map(|lock| contenders.holder_of(&lock))
                         .collect();
                     // The revision every event up to which was applied: the last event's, or
-                    // for a progress answer (no events) the header's.
+                    // for a progress answer (no events) the header's. The creation answer comes
+                    // before events older than its header: it reaches nothing.
+                    let progress = if result.created { 0 } else { result.header.revision };
                     let reached = result
                         .events
                         .iter()
                         .map(|e| e.kv.mod_revision)
                         .max()
-                        .unwrap_or(result.header.revision);
+                        .unwrap_or(progress);
                     feed.apply(changes, reached);
                 }
                 _ = probes.tick() => {

@@ -393,6 +393,9 @@ pub(crate) struct WatchAnswer {
 pub(crate) struct WatchResponse {
     #[serde(default)]
     pub(crate) header: Header,
+    /// The watch's first answer: its header's revision says nothing of events applied.
+    #[serde(default)]
+    pub(crate) created: bool,
     #[serde(default)]
     pub(crate) canceled: bool,
     /// Set when the start revision was compacted away: the watch must start over.

@@ -6,7 +6,8 @@
 //! PostgreSQL snippets need the machine's etcd (127.0.0.1:2379) and PostgreSQL (127.0.0.1:5432)
 //! and fail when either is missing; the PostgreSQL one needs psycopg (`tests/upstreams/install.sh`).
 //! The ZooKeeper snippet needs ZooKeeper at 127.0.0.1:2181 (scripts/zookeeper-setup.sh) and kazoo
-//! (`tests/upstreams/install.sh`), and fails without them.
+//! (`tests/upstreams/install.sh`), and fails without them; so does the Rust ZooKeeper worker
+//! (examples/zk_worker.rs, run by `cargo run --example`), without ZooKeeper.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -30,17 +31,53 @@ fn snippet_path(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Runs `python3 examples/tokens/NAME ARGS...` to the end, off the runtime's thread (the upstream
-/// and the gateway's answers need it). Panics, with the snippet's output, unless it exits 0 having
-/// printed `token=N` and `status=N`.
+/// The command that runs snippet `name`: `python3 examples/tokens/NAME` for a Python one, else
+/// the example `NAME` through the cargo running the tests (`cargo run --example NAME`, which builds
+/// it first when it is not up to date: `cargo test --test process` does not build examples).
+fn snippet_command(name: &str) -> Command {
+    if name.ends_with(".py") {
+        let mut python = Command::new("python3");
+        python.arg(snippet_path(name));
+        python
+    } else {
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["run", "--quiet", "--example", name, "--"]);
+        // Not the variables cargo set for this test binary (`CARGO_PKG_NAME`, `OUT_DIR`, ...):
+        // build scripts watch some (ring's do), so this cargo would rebuild them, and the next
+        // `cargo test`, without them, again (40 s each way here).
+        for (variable, _) in std::env::vars_os() {
+            if variable.to_str().is_some_and(set_by_cargo_for_this_test) {
+                cargo.env_remove(variable);
+            }
+        }
+        cargo
+    }
+}
+
+/// Whether cargo sets `variable` for the test binaries it runs (they describe this package).
+fn set_by_cargo_for_this_test(variable: &str) -> bool {
+    ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_EXE_"]
+        .iter()
+        .any(|prefix| variable.starts_with(prefix))
+        || [
+            "CARGO_CRATE_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+            "CARGO_MAKEFLAGS",
+            "OUT_DIR",
+        ]
+        .contains(&variable)
+}
+
+/// Runs snippet `name` (see `snippet_command`) with `ARGS...` to the end, off the runtime's thread
+/// (the upstream and the gateway's answers need it). Panics, with the snippet's output, unless it
+/// exits 0 having printed `token=N` and `status=N`.
 async fn run_snippet(name: &str, args: Vec<String>) -> SnippetRun {
-    let script = snippet_path(name);
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("python3").arg(&script).args(&args).output()
-    })
-    .await
-    .expect("the snippet's thread")
-    .unwrap_or_else(|e| panic!("python3 could not be run ({e}); it runs the token snippets"));
+    let mut command = snippet_command(name);
+    let output = tokio::task::spawn_blocking(move || command.args(&args).output())
+        .await
+        .expect("the snippet's thread")
+        .unwrap_or_else(|e| panic!("{name} could not be run ({e})"));
     let text = format!(
         "exit {}\nstdout:\n{}\nstderr:\n{}",
         output.status,
@@ -308,4 +345,19 @@ async fn zookeeper_lock_snippet_writes_with_its_nodes_sequence_number() {
     let parent = format!("/fencegate-test/{}/locks/invoice/42", uuid::Uuid::new_v4());
     let args = |url: String| vec![url, "--lock".to_owned(), parent.clone()];
     two_holders_then_a_zombie("zk_lock.py", args).await;
+}
+
+#[tokio::test]
+async fn zookeeper_worker_example_writes_with_its_nodes_sequence_number() {
+    let parent = format!("/fencegate-test/{}/locks/invoice/42", uuid::Uuid::new_v4());
+    let args = |url: String| vec![url, "--lock".to_owned(), parent.clone()];
+    two_holders_then_a_zombie("zk_worker", args).await;
+    // Both released: each worker deleted its node.
+    let zk = zookeeper_client::Client::connect("127.0.0.1:2181")
+        .await
+        .unwrap_or_else(|e| panic!("ZooKeeper at 127.0.0.1:2181 is required: {e}"));
+    assert_eq!(
+        zk.list_children(&parent).await.expect("the lock parent"),
+        Vec::<String>::new()
+    );
 }

@@ -272,14 +272,7 @@ impl EtcdClient {
         body: Bytes,
         token: Option<&str>,
     ) -> Result<AnswerStream, EtcdError> {
-        let mut request =
-            Request::post(format!("{endpoint}{path}")).header(CONTENT_TYPE, "application/json");
-        if let Some(token) = token {
-            request = request.header(AUTHORIZATION, token);
-        }
-        let request = request
-            .body(Full::new(body))
-            .map_err(|e| EtcdError::Protocol(format!("{endpoint}{path}: {e}")))?;
+        let request = post(endpoint, path, body, token)?;
         let response = tokio::time::timeout(self.timeout, self.http.request(request))
             .await
             .map_err(|_| EtcdError::Timeout {
@@ -403,14 +396,7 @@ impl EtcdClient {
         body: Bytes,
         token: Option<&str>,
     ) -> Result<Bytes, EtcdError> {
-        let mut request =
-            Request::post(format!("{endpoint}{path}")).header(CONTENT_TYPE, "application/json");
-        if let Some(token) = token {
-            request = request.header(AUTHORIZATION, token);
-        }
-        let request = request
-            .body(Full::new(body))
-            .map_err(|e| EtcdError::Protocol(format!("{endpoint}{path}: {e}")))?;
+        let request = post(endpoint, path, body, token)?;
         let exchange = async {
             let response = self
                 .http
@@ -492,6 +478,23 @@ impl AnswerStream {
 /// Answers carrying the header whose cluster id is checked.
 pub(crate) trait HasHeader {
     fn header(&self) -> &Header;
+}
+
+/// The POST of `body` to `path` on `endpoint`, with the authentication token if there is one.
+fn post(
+    endpoint: &str,
+    path: &str,
+    body: Bytes,
+    token: Option<&str>,
+) -> Result<Request<Full<Bytes>>, EtcdError> {
+    let mut request =
+        Request::post(format!("{endpoint}{path}")).header(CONTENT_TYPE, "application/json");
+    if let Some(token) = token {
+        request = request.header(AUTHORIZATION, token);
+    }
+    request
+        .body(Full::new(body))
+        .map_err(|e| EtcdError::Protocol(format!("{endpoint}{path}: {e}")))
 }
 
 /// A request that failed before an answer: `Connect` when it never reached the endpoint.

@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use crate::authority::Authorities;
 use crate::budget::MemoryBudget;
 use crate::compiled::{Compiled, ListenerSettings};
-use crate::config::Config;
+use crate::config::{Config, RestartSections};
 use crate::descriptors;
 use crate::fence::StoreMarks;
 use crate::gate::Gates;
@@ -58,6 +58,8 @@ pub struct App {
     listeners: ListenerSettings,
     /// The file the configuration came from, for reloads.
     config_path: Option<std::path::PathBuf>,
+    /// The sections of that file only a restart applies, as they were at start.
+    started_sections: RestartSections,
     /// The store as opened: only adoption and the identity watch talk to it directly.
     backend: Arc<dyn FenceStore>,
     /// The same store behind the gateway's cache and trust check: what every layer uses.
@@ -196,6 +198,7 @@ impl App {
             routes: Arc::new(RouteSource::new(routes)),
             listeners,
             config_path: None,
+            started_sections: RestartSections::parse(""),
             backend,
             guarded,
             cache,
@@ -235,9 +238,11 @@ impl App {
         Arc::clone(&self.trust)
     }
 
-    /// Records the file the configuration came from, so that reloads re-read it.
-    pub fn set_config_path(&mut self, path: &std::path::Path) {
+    /// Records the file the configuration came from, so that reloads re-read it, and its text
+    /// as it was at start, so that reloads name the changes only a restart applies.
+    pub fn set_config_source(&mut self, path: &std::path::Path, text: &str) {
         self.config_path = Some(path.to_owned());
+        self.started_sections = RestartSections::parse(text);
     }
 
     /// The reloader of this gateway's routes (for SIGHUP and the admin endpoint).
@@ -254,6 +259,7 @@ impl App {
                 self.file_limit,
             )
             .with_authorities(self.authorities.clone())
+            .with_started_sections(self.started_sections.clone())
             .with_certificates(
                 [&self.listeners.data, &self.listeners.admin]
                     .into_iter()

@@ -52,6 +52,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod admin_client;
 pub mod app;
 pub mod authority;
 pub mod body;

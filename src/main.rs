@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use fencegate::admin_client::AdminClient;
 use fencegate::compiled::Compiled;
 
 /// mimalloc instead of the system allocator: a proxied request makes a few dozen small
@@ -52,6 +53,16 @@ enum Command {
     Intents {
         #[command(subcommand)]
         command: IntentsCommand,
+    },
+    /// Probe a running gateway through its admin listener: exit 0 when `/readyz` answers 200
+    /// (ready to fence), 1 otherwise. For container health checks.
+    Health {
+        /// The configuration file (TOML) the gateway runs with; its `[admin]` is probed.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Probe `/healthz` (the process serves) instead of `/readyz`.
+        #[arg(long)]
+        live: bool,
     },
     /// Create the store's schema and apply pending migrations (PostgreSQL), then exit.
     Migrate {
@@ -135,6 +146,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { file, config } => check_config(file.or(config)),
         Command::Serve { config, .. } => serve(&config),
         Command::Migrate { config } => migrate(&config),
+        Command::Health { config, live } => health(&config, live),
         Command::Store {
             command: StoreCommand::Adopt { config },
         } => adopt(&config),
@@ -149,13 +161,49 @@ fn fencegate_intents(command: IntentsCommand) -> ExitCode {
         }
     };
     one_shot(&path, |config| async move {
-        let backend = fencegate::store::open(&config.store, &fencegate::store::Replica::fresh().id)
-            .await
-            .map_err(|e| e.to_string())?;
+        let opened =
+            fencegate::store::open(&config.store, &fencegate::store::Replica::fresh().id).await;
+        let backend = match opened {
+            Ok(backend) => backend,
+            // A running gateway holds the embedded store's file: reconcile through it.
+            Err(e) if e.held_by_another_process() => {
+                let Some(admin) = &config.admin else {
+                    return Err(format!(
+                        "{e}\na running gateway holds the embedded store: add an [admin] section to its configuration (and restart it) to reconcile while it serves, or stop it first"
+                    ));
+                };
+                let client = AdminClient::new(admin).map_err(|e| e.to_string())?;
+                return fencegate::idempotency::cli::run_remote(&client, command.into()).await;
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         let result =
             fencegate::idempotency::cli::run(backend.intents.as_ref(), command.into()).await;
         let _ = backend.fences.close().await;
         result
+    })
+}
+
+/// `fencegate health`: exits 0 when the running gateway's admin listener answers 200 on
+/// `/readyz` (or `/healthz` with `--live`), 1 otherwise, printing what it answered.
+fn health(path: &Path, live: bool) -> ExitCode {
+    one_shot(path, |config| async move {
+        let admin = config.admin.as_ref().ok_or(
+            "the configuration has no [admin] section: the health endpoints live on the admin listener",
+        )?;
+        let client = AdminClient::new(admin).map_err(|e| e.to_string())?;
+        let probe = if live { "/healthz" } else { "/readyz" };
+        let answer = client.get(probe).await.map_err(|e| e.to_string())?;
+        let text = answer.text();
+        if answer.status.is_success() {
+            Ok(text)
+        } else {
+            Err(format!(
+                "{probe} answered {}: {}",
+                answer.status,
+                text.trim()
+            ))
+        }
     })
 }
 
@@ -211,10 +259,25 @@ fn migrate(path: &Path) -> ExitCode {
                 config.store.backend()
             ));
         };
-        fencegate::store::migrate_postgres(postgres)
+        let applied = fencegate::store::migrate_postgres(postgres)
             .await
             .map_err(|e| e.to_string())?;
-        Ok(format!("schema {} is up to date\n", postgres.schema))
+        if applied.is_empty() {
+            return Ok(format!(
+                "schema {} was already up to date: no migration to apply\n",
+                postgres.schema
+            ));
+        }
+        let mut text = format!(
+            "schema {}: applied {} migration(s)\n",
+            postgres.schema,
+            applied.len()
+        );
+        for migration in applied {
+            text.push_str(&format!("  {migration}\n"));
+        }
+        text.push_str("the schema is now up to date\n");
+        Ok(text)
     })
 }
 
@@ -255,7 +318,14 @@ where
 }
 
 fn serve(path: &Path) -> ExitCode {
-    let compiled = match Compiled::load(path) {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("error: cannot read {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let compiled = match Compiled::parse(&text, path) {
         Ok(compiled) => compiled,
         Err(e) => {
             eprintln!("error: {e}");
@@ -273,21 +343,22 @@ fn serve(path: &Path) -> ExitCode {
         }
     };
     runtime.block_on(async {
+        let file = path.display();
         let mut app = match fencegate::App::build(compiled).await {
             Ok(app) => app,
             Err(e) => {
-                tracing::error!("{e}");
+                tracing::error!("{file}: cannot serve: {e}");
                 return ExitCode::FAILURE;
             }
         };
         let listener = match app.bind().await {
             Ok(listener) => listener,
             Err(e) => {
-                tracing::error!("{e}");
+                tracing::error!("{file}: cannot serve: {e}");
                 return ExitCode::FAILURE;
             }
         };
-        app.set_config_path(path);
+        app.set_config_source(path, &text);
         let reloads = tokio::spawn(reload_on_sighup(app.reloader()));
         app.serve(listener, shutdown_signal()).await;
         reloads.abort();

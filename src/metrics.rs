@@ -30,6 +30,9 @@ pub struct Metrics {
     pub gate_wait: HistogramVec,
     pub inflight: IntGaugeVec,
     pub reloads: IntCounterVec,
+    /// 1 for each configuration section (`server`, `store`, `admin`, `telemetry`) whose change
+    /// in the file a reload could not apply: it waits for a restart.
+    pub restart_required: IntGaugeVec,
     /// Client connections answered 503 and closed because `max_connections` were open.
     pub connections_refused: IntCounter,
     /// Client connections open on the data-plane listener.
@@ -77,6 +80,17 @@ impl Metrics {
         .expect("valid gauge definition");
         registry
             .register(Box::new(inflight.clone()))
+            .expect("metric names are distinct");
+        let restart_required = IntGaugeVec::new(
+            Opts::new(
+                "fencegate_reload_restart_required",
+                "1 for each configuration section changed in the file that only a restart applies.",
+            ),
+            &["section"],
+        )
+        .expect("valid gauge definition");
+        registry
+            .register(Box::new(restart_required.clone()))
             .expect("metric names are distinct");
         let build_info = IntGaugeVec::new(
             Opts::new("fencegate_build_info", "The running build; always 1."),
@@ -187,6 +201,7 @@ impl Metrics {
                 &["result"],
             ),
             inflight,
+            restart_required,
             registry,
         })
     }

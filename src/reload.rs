@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::authority::Authorities;
 use crate::compiled::Compiled;
-use crate::config::Config;
+use crate::config::{Config, ConfigError, RestartSections, RESTART_SECTIONS};
 use crate::descriptors;
 use crate::metrics::Metrics;
 use crate::proxy::UpstreamSlots;
@@ -50,6 +50,8 @@ pub struct ReloadReport {
     pub routes: usize,
     /// Listener certificates re-read from their files.
     pub certificates: usize,
+    /// Sections the file changes since the gateway started that only a restart applies.
+    pub restart_required: Vec<&'static str>,
 }
 
 /// Starts the lock authority of every route of `routes` that has one, and stops the rest.
@@ -60,8 +62,9 @@ pub fn start_authorities(authorities: &Authorities, routes: &RouteTable) {
     }));
 }
 
-/// Re-reads the configuration file and swaps in its routes. Only `[[routes]]` are reloaded;
-/// changes to `[server]`, `[store]` and `[admin]` need a restart.
+/// Re-reads the configuration file and swaps in its routes. Only `[[routes]]` (and listener
+/// certificates) are reloaded; changes to `[server]`, `[store]`, `[admin]` and `[telemetry]` need
+/// a restart, and each reload names those the file changed since the gateway started.
 pub struct Reloader {
     path: Option<PathBuf>,
     routes: Arc<RouteSource>,
@@ -72,6 +75,8 @@ pub struct Reloader {
     certificates: Vec<Arc<ListenerTls>>,
     /// The lock authorities, started and stopped to match the reloaded routes.
     authorities: Option<Arc<Authorities>>,
+    /// The restart-only sections as the gateway started with them.
+    started: Option<RestartSections>,
 }
 
 /// What a reload's upstream caps are checked against: the running configuration (whose
@@ -91,7 +96,14 @@ impl Reloader {
             capacity: None,
             certificates: Vec::new(),
             authorities: None,
+            started: None,
         }
+    }
+
+    /// Reloads compare the file's restart-only sections with `started`, those in force.
+    pub fn with_started_sections(mut self, started: RestartSections) -> Reloader {
+        self.started = Some(started);
+        self
     }
 
     /// Reloads also start the lock authorities of new routes and stop those of removed ones.
@@ -128,11 +140,27 @@ impl Reloader {
         let label = if outcome.is_ok() { "ok" } else { "error" };
         self.metrics.reloads.with_label_values(&[label]).inc();
         match &outcome {
-            Ok(report) => tracing::info!(
-                routes = report.routes,
-                certificates = report.certificates,
-                "configuration reloaded"
-            ),
+            Ok(report) => {
+                for section in RESTART_SECTIONS {
+                    let waiting = report.restart_required.contains(&section);
+                    self.metrics
+                        .restart_required
+                        .with_label_values(&[section])
+                        .set(i64::from(waiting));
+                }
+                tracing::info!(
+                    routes = report.routes,
+                    certificates = report.certificates,
+                    "configuration reloaded"
+                );
+                if !report.restart_required.is_empty() {
+                    let sections = report.restart_required.join(", ");
+                    tracing::warn!(
+                        %sections,
+                        "the configuration changes these sections, which a reload does not apply: restart to apply them"
+                    );
+                }
+            }
             Err(error) => {
                 tracing::error!(%error, "reload failed; the previous configuration stays in force")
             }
@@ -145,11 +173,23 @@ impl Reloader {
             .path
             .as_ref()
             .ok_or("this gateway was not started from a configuration file")?;
+        let text = std::fs::read_to_string(path).map_err(|source| {
+            ConfigError::Read {
+                file: path.clone(),
+                source,
+            }
+            .to_string()
+        })?;
         let Compiled {
             config,
             routes: table,
             ..
-        } = Compiled::load(path).map_err(|e| e.to_string())?;
+        } = Compiled::parse(&text, path).map_err(|e| e.to_string())?;
+        let restart_required = self
+            .started
+            .as_ref()
+            .map(|started| started.changed_in(&RestartSections::parse(&text)))
+            .unwrap_or_default();
         if let Some(capacity) = &self.capacity {
             let caps = capacity.slots.caps_for(&config.routes);
             let mut running = capacity.running.clone();
@@ -176,6 +216,7 @@ impl Reloader {
         Ok(ReloadReport {
             routes,
             certificates: self.certificates.len(),
+            restart_required,
         })
     }
 }

@@ -71,7 +71,7 @@ pub enum AuthorityKind {
 }
 
 /// What a route does while the gateway cannot follow the lock service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnAuthorityUnavailable {
     /// Refuse fenced writes with 503.

@@ -78,7 +78,7 @@ impl Default for FenceConfig {
 }
 
 /// Whether writes of one key may be in flight to the upstream together (I4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ordering {
     /// At most one forwarded write per key at a time, in admission order.
@@ -89,7 +89,7 @@ pub enum Ordering {
 }
 
 /// What a fenced request does when the store fails or times out (I5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnStoreError {
     /// Refuse with 503: nothing unchecked reaches the upstream.
@@ -100,7 +100,7 @@ pub enum OnStoreError {
 }
 
 /// What a route does with tokens (docs/design.md §2.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FenceMode {
     /// Refuse what fails the check.
@@ -113,7 +113,7 @@ pub enum FenceMode {
 }
 
 /// Which tokens pass against a key's high-water mark.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Compare {
     /// `token >= mark`: one holder may write several times with one token.

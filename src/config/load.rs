@@ -20,10 +20,44 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
 /// Parses and validates configuration text; `origin` names it in errors.
 pub fn parse_str(text: &str, origin: &Path) -> Result<Config, ConfigError> {
     let deserializer = toml::Deserializer::new(text);
-    let config: Config = serde_path_to_error::deserialize(deserializer)
-        .map_err(|e| deserialize_error(text, origin, e))?;
+    let config: Config = match serde_path_to_error::deserialize(deserializer) {
+        Ok(config) => config,
+        Err(e) if names_no_backend(&e) => with_embedded_backend(text, origin)?,
+        Err(e) => return Err(deserialize_error(text, origin, e)),
+    };
     validate(&config, origin)?;
     Ok(config)
+}
+
+/// Whether deserializing failed only because `[store]` names no `backend`.
+fn names_no_backend(error: &serde_path_to_error::Error<toml::de::Error>) -> bool {
+    error.path().to_string() == "store" && error.inner().message().contains("`backend`")
+}
+
+/// A `[store]` without `backend` is the embedded store (the default): the text is read again
+/// with `backend = "embedded"` added to that table. Errors keep their field but lose the line.
+fn with_embedded_backend(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+    let syntax = |message: String| ConfigError::Syntax {
+        file: origin.to_owned(),
+        message,
+    };
+    let mut table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| syntax(e.to_string()))?;
+    if let Some(toml::Value::Table(store)) = table.get_mut("store") {
+        store.insert("backend".to_owned(), toml::Value::from("embedded"));
+    }
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        let (route, field) = split_route_path(text, &path);
+        ConfigError::Invalid {
+            file: origin.to_owned(),
+            route,
+            field,
+            message,
+        }
+    })
 }
 
 fn validate(config: &Config, origin: &Path) -> Result<(), ConfigError> {
@@ -64,6 +98,27 @@ fn validate(config: &Config, origin: &Path) -> Result<(), ConfigError> {
             (Some(token), None) if token.len() < 16 => {
                 return Err(admin_error("token", "use at least 16 characters"))
             }
+            (None, Some(name)) => match std::env::var(name) {
+                Ok(token) if token.len() >= 16 => {}
+                Ok(token) if token.is_empty() => {
+                    return Err(admin_error(
+                        "token_env",
+                        &format!("environment variable {name} is empty: set it to the admin bearer token (at least 16 characters)"),
+                    ))
+                }
+                Ok(_) => {
+                    return Err(admin_error(
+                        "token_env",
+                        &format!("environment variable {name} holds fewer than 16 characters: use a longer admin token"),
+                    ))
+                }
+                Err(_) => {
+                    return Err(admin_error(
+                        "token_env",
+                        &format!("environment variable {name} is not set: set it to the admin bearer token (at least 16 characters), or name another variable"),
+                    ))
+                }
+            },
             _ => {}
         }
     }
@@ -258,11 +313,21 @@ fn deserialize_error(
         };
     }
     let (route, field) = split_route_path(text, &path);
+    let hint = hint_for(&field, &message);
     ConfigError::Invalid {
         file,
         route,
         field,
-        message: format!("{message}{location}"),
+        message: format!("{message}{location}{hint}"),
+    }
+}
+
+/// What to write instead, for mistakes a message alone does not explain.
+fn hint_for(field: &str, message: &str) -> &'static str {
+    if field.ends_with("listen") && message.contains("socket address") {
+        "; listen takes an IP address and a port, such as 127.0.0.1:8401, 0.0.0.0:8401 or [::1]:8401 (host names such as localhost are not resolved)"
+    } else {
+        ""
     }
 }
 

@@ -12,6 +12,7 @@ mod error;
 mod fence;
 mod load;
 mod route;
+mod sections;
 mod server;
 mod store;
 mod tls;
@@ -33,6 +34,7 @@ pub use route::{
     RouteConfig, UnknownOutcome, DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_BODY,
     DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_STORED_BODY, DEFAULT_RETENTION, DEFAULT_UPSTREAM_TIMEOUT,
 };
+pub use sections::{RestartSections, RESTART_SECTIONS};
 pub use server::{
     ServerConfig, DEFAULT_BODY_TIMEOUT, DEFAULT_BUFFER_WAIT, DEFAULT_FIRST_BYTE_TIMEOUT,
     DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_INTENT_PRUNE_INTERVAL,

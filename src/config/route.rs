@@ -130,7 +130,7 @@ pub struct IdempotencyConfig {
 }
 
 /// How a derived idempotency key is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KeyFormat {
     /// The rendered template itself (`payout:7`); no secret.
@@ -145,7 +145,7 @@ pub enum KeyFormat {
 }
 
 /// What a retry of an intent whose outcome is unknown does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum UnknownOutcome {
     /// Send it again with the same key: right for providers that honour the key (the provider
@@ -159,7 +159,7 @@ pub enum UnknownOutcome {
 }
 
 /// What happens to an idempotency key the client sent itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ClientKey {
     /// Ignore it and send the derived key.
@@ -173,7 +173,7 @@ pub enum ClientKey {
 
 /// What a route does with `;` path parameters, which Tomcat and Spring strip before routing while
 /// other upstreams keep them as part of the segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PathParameters {
     /// 400 `invalid-path` when the route guards the request's method.
@@ -184,7 +184,7 @@ pub enum PathParameters {
 }
 
 /// What a route does with a `.suffix` in a request's last path segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FormatSuffix {
     /// 400 `invalid-path` when the route guards the method and the path without the suffix is
@@ -196,7 +196,7 @@ pub enum FormatSuffix {
 }
 
 /// What a `{*rest}` route does with writes that may act on a whole collection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CollectionWrites {
     /// 403 `fenced-collection`: each resource below has a key of its own.

@@ -101,6 +101,10 @@ pub enum ErrorKind {
     MarkNotLowered,
     InvalidQuery,
     InvalidConfig,
+    InvalidBody,
+    NoIntent,
+    IntentNotSubmitting,
+    NoSuchEndpoint,
 }
 
 impl ErrorKind {
@@ -159,6 +163,10 @@ impl ErrorKind {
             K::MarkNotLowered         => (409, "marks-never-go-down", "Marks never go down", Client, No, Debug),
             K::InvalidQuery           => (400, "invalid-query", "Invalid query", Client, No, Debug),
             K::InvalidConfig          => (400, "invalid-config", "Configuration refused", Client, No, Warn),
+            K::InvalidBody            => (400, "invalid-body", "Invalid request body", Client, No, Debug),
+            K::NoIntent               => (404, "no-intent", "No intent with this key", Client, No, Debug),
+            K::IntentNotSubmitting    => (409, "intent-not-submitting", "Intent outcome already known", Client, No, Debug),
+            K::NoSuchEndpoint         => (404, "no-such-endpoint", "No such admin endpoint", Client, No, Debug),
         };
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         KindSpec { status, slug, title, origin, retry, level }

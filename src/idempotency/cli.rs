@@ -1,8 +1,11 @@
 //! Reconciliation from the command line (`fencegate intents list|resolve`): list the intents
-//! whose outcome is unknown, and record what the provider says happened or release them.
+//! whose outcome is unknown, and record what the provider says happened or release them —
+//! on the store itself, or through a running gateway's admin API when that gateway holds the
+//! embedded store's file.
 
-use super::now_ms;
-use crate::store::{IntentStore, Resolution, StoredOutcome};
+use super::{now_ms, reconcile};
+use crate::admin_client::AdminClient;
+use crate::store::{IntentStore, Resolution};
 
 /// A parsed `fencegate intents` command.
 pub enum Request {
@@ -32,16 +35,7 @@ pub async fn run(intents: &dyn IntentStore, request: Request) -> Result<String, 
                 .map_err(|e| e.to_string())?;
             let mut text = String::new();
             for record in &records {
-                let line = serde_json::json!({
-                    "key": record.key,
-                    "route": record.route,
-                    "state": record.state.as_str(),
-                    "fence": record.fence,
-                    "in_flight": record.attempt.is_some() && record.attempt_expires_ms > now_ms(),
-                    "created_ms": record.created_ms,
-                    "updated_ms": record.updated_ms,
-                });
-                text.push_str(&line.to_string());
+                text.push_str(&reconcile::describe(record, now_ms()).to_string());
                 text.push('\n');
             }
             Ok(text)
@@ -61,16 +55,11 @@ pub async fn run(intents: &dyn IntentStore, request: Request) -> Result<String, 
                     .iter()
                     .map(|h| {
                         h.split_once(':')
-                            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                            .map(|(n, v)| (n.to_owned(), v.to_owned()))
                             .ok_or(format!("--header {h:?}: write it as `name: value`"))
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                Resolution::Outcome(StoredOutcome {
-                    status,
-                    headers,
-                    body: body.into_bytes(),
-                    body_complete: true,
-                })
+                Resolution::Outcome(reconcile::outcome(status, headers, body.into_bytes())?)
             };
             let done = intents
                 .resolve(&key, resolution, now_ms())
@@ -80,6 +69,78 @@ pub async fn run(intents: &dyn IntentStore, request: Request) -> Result<String, 
                 Ok(format!("resolved {key}\n"))
             } else {
                 Err(format!("no SUBMITTING intent {key}"))
+            }
+        }
+    }
+}
+
+/// Runs `request` through a running gateway's admin API (`/admin/intents`); the same text as
+/// [`run`] prints, or an error message.
+pub async fn run_remote(client: &AdminClient, request: Request) -> Result<String, String> {
+    let encode = |text: &str| {
+        percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+    };
+    let failed = |answer: &crate::admin_client::AdminAnswer| {
+        format!(
+            "the gateway's admin API at {} answered {}: {}",
+            client.addr(),
+            answer.status,
+            answer.detail()
+        )
+    };
+    match request {
+        Request::List { older_than, limit } => {
+            let answer = client
+                .get(&format!(
+                    "/admin/intents?older_than={}&limit={limit}",
+                    encode(&older_than)
+                ))
+                .await
+                .map_err(|e| e.to_string())?;
+            if !answer.status.is_success() {
+                return Err(failed(&answer));
+            }
+            let listed: serde_json::Value =
+                serde_json::from_slice(&answer.body).map_err(|e| format!("admin API: {e}"))?;
+            let mut text = String::new();
+            for intent in listed["intents"].as_array().into_iter().flatten() {
+                text.push_str(&intent.to_string());
+                text.push('\n');
+            }
+            Ok(text)
+        }
+        Request::Resolve {
+            key,
+            release,
+            status,
+            body,
+            headers,
+        } => {
+            let resolution = if release {
+                serde_json::json!({ "release": true })
+            } else {
+                let status = status.ok_or("give --status or --release")?;
+                let headers = headers
+                    .iter()
+                    .map(|h| {
+                        h.split_once(':')
+                            .map(|(n, v)| (n.trim().to_owned(), v.trim().into()))
+                            .ok_or(format!("--header {h:?}: write it as `name: value`"))
+                    })
+                    .collect::<Result<serde_json::Map<String, serde_json::Value>, _>>()?;
+                serde_json::json!({ "status": status, "headers": headers, "body": body })
+            };
+            let answer = client
+                .post_json(
+                    &format!("/admin/intents/{}/resolve", encode(&key)),
+                    &resolution,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            if answer.status.is_success() {
+                Ok(format!("resolved {key}\n"))
+            } else {
+                Err(failed(&answer))
             }
         }
     }

@@ -9,6 +9,7 @@ mod capture;
 pub mod cli;
 mod key;
 mod layer;
+pub mod reconcile;
 
 pub use crate::route::{IdempotencySettings, SettingsError, TEMPLATE_EXTRAS};
 pub use admission::IntentBackend;

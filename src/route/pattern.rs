@@ -119,6 +119,23 @@ pub enum PatternError {
     NeverMatches(String),
 }
 
+/// The pattern in its canonical spelling (`/invoices/{id}`, `/files/{*path}`).
+impl std::fmt::Display for PathPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for segment in &self.segments {
+            match segment {
+                Segment::Literal(literal) => write!(f, "/{}", literal.text)?,
+                Segment::Param(name) => write!(f, "/{{{name}}}")?,
+                Segment::Rest(name) => write!(f, "/{{*{name}}}")?,
+            }
+        }
+        if self.segments.is_empty() {
+            f.write_str("/")?;
+        }
+        Ok(())
+    }
+}
+
 impl PathPattern {
     /// Parses a pattern. Its literals are made canonical as request paths are, and a trailing
     /// slash is dropped (a request's trailing slash is ignored when matching).

@@ -69,6 +69,21 @@ pub enum RenderError {
     TooLong,
 }
 
+/// The template as a route's configuration would spell it.
+impl std::fmt::Display for KeyTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for part in &self.parts {
+            match part {
+                Part::Text(text) => f.write_str(text)?,
+                Part::Segment(name) => write!(f, "{{{name}}}")?,
+                Part::Header(name) => write!(f, "{{header:{name}}}")?,
+                Part::Query(name) => write!(f, "{{query:{name}}}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
 impl KeyTemplate {
     /// Parses `template`; every `{segment}` must be one of `segments`.
     pub fn parse<'a>(

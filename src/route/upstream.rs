@@ -13,6 +13,13 @@ pub struct UpstreamTarget {
     host_header: HeaderValue,
 }
 
+/// The base URL, as configured less a trailing slash.
+impl std::fmt::Display for UpstreamTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}{}", self.scheme, self.authority, self.base_path)
+    }
+}
+
 impl UpstreamTarget {
     /// Parses a route's `upstream`; the message says what is wrong.
     pub fn parse(text: &str) -> Result<UpstreamTarget, String> {

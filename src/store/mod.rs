@@ -204,10 +204,22 @@ impl StoreError {
 }
 
 fn open_hint(source: &sqlx::Error) -> &'static str {
-    if source.to_string().contains("locked") {
+    if is_locked(source) {
         " (is another fencegate process using this file? the embedded store is single-node)"
     } else {
         ""
+    }
+}
+
+/// Whether SQLite refused to open the file because another connection holds it.
+fn is_locked(source: &sqlx::Error) -> bool {
+    source.to_string().contains("locked")
+}
+
+impl StoreError {
+    /// Whether the embedded store's file is held by another process (a running gateway).
+    pub fn held_by_another_process(&self) -> bool {
+        matches!(self, StoreError::Open { source, .. } if is_locked(source))
     }
 }
 

@@ -181,7 +181,8 @@ impl TestGateway {
             None => App::build(config).await.expect("gateway builds"),
         };
         if let Some(file) = file {
-            app.set_config_path(file);
+            let text = std::fs::read_to_string(file).expect("read the config file");
+            app.set_config_source(file, &text);
         }
         let admin = app.bind_admin().await.expect("bind admin");
         let routes = names

@@ -64,7 +64,9 @@ impl PostgresStore {
             );
         }
         let pool = connect(config, options.clone()).await?;
-        migrate_pool(&pool, &config.schema).await?;
+        for migration in migrate_pool(&pool, &config.schema).await? {
+            tracing::info!(schema = %config.schema, %migration, "postgres store: migration applied");
+        }
         let in_flight = batches_in_flight(config);
         let expected = Arc::new(ExpectedIdentity::default());
         let advances = ThreadBatchers::new(
@@ -96,8 +98,9 @@ fn batches_in_flight(config: &PostgresStoreConfig) -> usize {
     config.batches_in_flight.clamp(1, pool)
 }
 
-/// Creates the schema and applies pending migrations (what `fencegate migrate` runs).
-pub async fn migrate(config: &PostgresStoreConfig) -> Result<(), StoreError> {
+/// Creates the schema and applies pending migrations (what `fencegate migrate` runs); returns
+/// the migrations it applied.
+pub async fn migrate(config: &PostgresStoreConfig) -> Result<Vec<String>, StoreError> {
     let pool = connect(config, connect_options(config)?).await?;
     let result = migrate_pool(&pool, &config.schema).await;
     pool.close().await;

@@ -30,10 +30,31 @@ pub(super) async fn create_schema(pool: &PgPool, schema: &str) -> Result<(), sql
     created.map(|_| ())
 }
 
-/// Applies the migrations not yet applied to `schema`.
-pub(super) async fn migrate_pool(pool: &PgPool, schema: &str) -> Result<(), StoreError> {
-    MIGRATOR.run(pool).await.map_err(|e| StoreError::Setup {
+/// Applies the migrations not yet applied to `schema`; returns those it applied, as
+/// `version description`, oldest first.
+pub(super) async fn migrate_pool(pool: &PgPool, schema: &str) -> Result<Vec<String>, StoreError> {
+    let setup = |e: &dyn std::fmt::Display| StoreError::Setup {
         backend: BACKEND,
         detail: format!("migrating schema {schema}: {e}"),
-    })
+    };
+    let before = applied_versions(pool).await.map_err(|e| setup(&e))?;
+    MIGRATOR.run(pool).await.map_err(|e| setup(&e))?;
+    Ok(MIGRATOR
+        .iter()
+        .filter(|m| !before.contains(&m.version))
+        .map(|m| format!("{} {}", m.version, m.description))
+        .collect())
+}
+
+/// The versions sqlx has recorded as applied (none before the first migration).
+async fn applied_versions(pool: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(pool)
+        .await
 }

@@ -25,6 +25,7 @@ use crate::store::{
     self, adoption, AdvanceAndBegin, CheckedStore, FenceStore, IntentStore, MarkCache, Replica,
     StoreError, StoreTrust,
 };
+use crate::telemetry::{AccessLog, Telemetry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -367,6 +368,13 @@ impl App {
             Arc::clone(&intents),
             self.config.server.intent_prune_interval,
         ));
+        let telemetry = Telemetry {
+            access_log: self
+                .config
+                .server
+                .access_log
+                .then(|| Arc::new(AccessLog::new(self.config.server.access_log_sample))),
+        };
         // One gateway per serving thread, each with its own upstream connections.
         let gateway = || {
             Gateway::new(
@@ -377,6 +385,7 @@ impl App {
                 Arc::clone(&self.metrics),
                 self.limits.clone(),
                 self.authorities.clone(),
+                telemetry.clone(),
             )
         };
         let workers = crate::server::serve(

@@ -79,6 +79,7 @@ pub mod route;
 pub mod server;
 pub mod stats;
 pub mod store;
+pub mod telemetry;
 pub mod tls;
 pub mod token;
 

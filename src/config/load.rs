@@ -211,6 +211,15 @@ fn validate_server(config: &Config, origin: &Path) -> Result<(), ConfigError> {
             "must be at least 1".to_owned(),
         ));
     }
+    if !(0.0..=1.0).contains(&server.access_log_sample) {
+        return Err(server_error(
+            "access_log_sample",
+            format!(
+                "{} is not a share: give 0.0 (only refusals and errors) to 1.0 (every request)",
+                server.access_log_sample
+            ),
+        ));
+    }
     if server.max_header_bytes < MIN_MAX_HEADER_BYTES {
         return Err(server_error(
             "max_header_bytes",

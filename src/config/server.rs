@@ -115,6 +115,13 @@ pub struct ServerConfig {
     /// Terminate TLS on the listener (ALPN `h2` and `http/1.1`); absent: plain HTTP.
     #[serde(default)]
     pub tls: Option<super::ListenerTlsConfig>,
+    /// One structured line per request (target `fencegate::access`, level info).
+    #[serde(default = "default_access_log")]
+    pub access_log: bool,
+    /// The share of ordinary requests the access log keeps, 0.0 to 1.0; refusals and 5xx
+    /// answers are always written.
+    #[serde(default = "default_access_log_sample")]
+    pub access_log_sample: f64,
 }
 
 impl ServerConfig {
@@ -127,6 +134,12 @@ impl ServerConfig {
     }
 }
 
+fn default_access_log() -> bool {
+    true
+}
+fn default_access_log_sample() -> f64 {
+    1.0
+}
 fn default_shutdown_grace() -> Duration {
     DEFAULT_SHUTDOWN_GRACE
 }

@@ -22,6 +22,7 @@ use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
 use crate::store::{decide, Advance, CheckedStore};
+use crate::telemetry::{AccessNote, Verdict};
 use crate::token::{read_fence_header, SignatureError, TokenError};
 
 #[derive(Clone)]
@@ -91,8 +92,12 @@ where
             .unwrap_or_default();
         Box::pin(async move {
             let route = routed.route;
+            let note = request.extensions().get::<AccessNote>().cloned();
             let verdict = match read_key_and_token(&route, &routed.captures, &request) {
                 Ok(admission) => {
+                    if let Some(note) = &note {
+                        note.key_and_token(&admission.key, admission.token);
+                    }
                     let checks = Checks {
                         store: store.as_ref(),
                         authorities: authorities.as_deref(),
@@ -106,9 +111,17 @@ where
                 (Ok(admission), _) => {
                     request.extensions_mut().insert(admission);
                 }
-                (Err(refusal), FenceMode::Observe) => observe(&route, &refusal),
+                (Err(refusal), FenceMode::Observe) => {
+                    observe(&route, &refusal);
+                    if let Some(note) = &note {
+                        note.verdict(Verdict::Observed);
+                    }
+                }
                 (Err(refusal), _) if fails_open(&route, &refusal) => {
                     RouteCounters::bump(&route.counters.failed_open);
+                    if let Some(note) = &note {
+                        note.verdict(Verdict::FailedOpen);
+                    }
                     tracing::warn!(route = %route.name, error = %refusal, "store failed: forwarding unchecked (on_store_error = \"fail_open\")");
                 }
                 (Err(refusal), _) => return Err(refusal),

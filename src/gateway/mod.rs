@@ -38,6 +38,7 @@ use crate::request_id::{assign_request_id, stamp_request_id};
 use crate::route::{check_method_spelling, RESERVED_PREFIX};
 use crate::store::intents::NoIntentStore;
 use crate::store::{CheckedStore, IntentStore};
+use crate::telemetry::{AccessNote, Telemetry, TraceParent};
 
 type RoutedStack = Routing<Fence<Idempotency<Gate<Proxy>>>>;
 
@@ -56,6 +57,7 @@ pub struct Gateway {
     claim: Claim,
     routed: RoutedStack,
     body_timeout: Duration,
+    telemetry: Telemetry,
 }
 
 impl Gateway {
@@ -67,6 +69,7 @@ impl Gateway {
         metrics: Arc<Metrics>,
         limits: SharedLimits,
         authorities: Option<Arc<Authorities>>,
+        telemetry: Telemetry,
     ) -> Gateway {
         // `intents`, when given, are the fence store's own backend. Without them, idempotent
         // routes answer 503.
@@ -102,7 +105,15 @@ impl Gateway {
             claim: Claim::new(store, routes, gates),
             routed,
             body_timeout: limits.body_timeout,
+            telemetry,
         }
+    }
+}
+
+/// Notes a refusal of the request head in the request's access record, if it has one.
+fn note_refusal<B>(request: &Request<B>, refusal: &GatewayError) {
+    if let Some(note) = request.extensions().get::<AccessNote>() {
+        note.refused(refusal.kind().spec().slug);
     }
 }
 
@@ -152,34 +163,57 @@ impl Service<Request<Incoming>> for Gateway {
         // Before the reserved/routed split, so both answer with the id and every layer (and the
         // upstream) sees it; not a layer, because the error-to-response step below needs it too.
         let request_id = assign_request_id(&mut request);
+        // The access line's record, filled by the layers through the request's extensions and
+        // written when the response body ends.
+        let entry = self.telemetry.access_log.as_ref().map(|log| {
+            let entry = log.start(request.method(), request.uri().path(), request_id.as_str());
+            request.extensions_mut().insert(entry.note());
+            entry
+        });
+        let trace_id = entry
+            .as_ref()
+            .and_then(|_| TraceParent::from_headers(request.headers()))
+            .map(|parent| parent.trace_id_hex());
+        let finish = move |response: Response<ProxyBody>| match entry {
+            Some(entry) => entry.finish(response, trace_id),
+            None => response,
+        };
         // Refused whatever the path: ambiguous framing, `CONNECT`, a method spelled in another
         // letter case, two hosts.
         if let Err(refusal) = check_request_head(&request) {
+            note_refusal(&request, &refusal);
             let response = refusal.into_response(&request_id);
-            return Box::pin(std::future::ready(Ok(stamp_request_id(
+            return Box::pin(std::future::ready(Ok(finish(stamp_request_id(
                 response,
                 &request_id,
-            ))));
+            )))));
         }
         if request.uri().path().starts_with(RESERVED_PREFIX) {
             let claim = self.claim.clone();
+            let note = request.extensions().get::<AccessNote>().cloned();
             return Box::pin(async move {
-                let response = claim
-                    .handle(request)
-                    .await
-                    .unwrap_or_else(|e| e.into_response(&request_id));
-                Ok(stamp_request_id(response, &request_id))
+                let response = claim.handle(request).await.unwrap_or_else(|e| {
+                    if let Some(note) = &note {
+                        note.refused(e.error.kind().spec().slug);
+                    }
+                    e.into_response(&request_id)
+                });
+                Ok(finish(stamp_request_id(response, &request_id)))
             });
         }
         let body_timeout = self.body_timeout;
+        let note = request.extensions().get::<AccessNote>().cloned();
         let answer = self
             .routed
             .call(request.map(|body| streamed_body(body, body_timeout)));
         Box::pin(async move {
-            let response = answer
-                .await
-                .unwrap_or_else(|e| e.into_response(&request_id));
-            Ok(stamp_request_id(response, &request_id))
+            let response = answer.await.unwrap_or_else(|e| {
+                if let Some(note) = &note {
+                    note.refused(e.error.kind().spec().slug);
+                }
+                e.into_response(&request_id)
+            });
+            Ok(finish(stamp_request_id(response, &request_id)))
         })
     }
 }

@@ -21,6 +21,7 @@ use crate::route::{
     canonicalize, check_method_override, CompiledRoute, PathRefusal, RouteMatch, RouteTable,
     RESERVED_PREFIX, UNFENCED_METHODS,
 };
+use crate::telemetry::AccessNote;
 
 #[derive(Clone)]
 pub struct RoutingLayer {
@@ -94,6 +95,9 @@ where
             }
         };
         let route = &routed.route;
+        if let Some(note) = request.extensions().get::<AccessNote>() {
+            note.route(&route.name);
+        }
         // Before the fence: a body the route would refuse must not advance the mark.
         if declared_length(&request).is_some_and(|length| length > route.max_body as u64) {
             metrics

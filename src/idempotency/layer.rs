@@ -21,6 +21,7 @@ use crate::extensions::{Admission, AdvanceBy};
 use crate::proxy::{full_body, Prefixed, ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::store::{BeginRequest, Begun, Resolution, StoreError, StoredOutcome};
+use crate::telemetry::{AccessNote, Verdict};
 
 /// Header marking an answer replayed from a stored outcome.
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
@@ -168,7 +169,12 @@ where
             return Err(GatewayError::OutcomeUnknown { key: sent_key });
         }
         Begun::Resubmit { .. } => false,
-        Begun::Completed(outcome) => return Ok(replay(outcome)),
+        Begun::Completed(outcome) => {
+            if let Some(note) = parts.extensions.get::<AccessNote>() {
+                note.verdict(Verdict::Replayed);
+            }
+            return Ok(replay(outcome));
+        }
         Begun::InFlight { retry_after_ms } => {
             return Err(GatewayError::RequestInProgress {
                 key: sent_key,

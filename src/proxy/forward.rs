@@ -24,6 +24,7 @@ use super::{is_body_limit_exceeded, ProxyBody, RequestBody};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use crate::route::RouteMatch;
+use crate::telemetry::AccessNote;
 
 /// Idle keep-alive connections kept per upstream: enough for a busy route on a small machine.
 pub const MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST: usize = 1024;
@@ -131,6 +132,7 @@ impl Service<Request<RequestBody>> for Proxy {
                         "request reached the proxy without a route",
                     ))?;
             let route = routed.route;
+            let note = request.extensions().get::<AccessNote>().cloned();
             let upstream_request = upstream_request_filter(request, &route)?;
             let pending = match &route.upstream_tls {
                 None => client.request(upstream_request),
@@ -140,10 +142,14 @@ impl Service<Request<RequestBody>> for Proxy {
             };
             let started = std::time::Instant::now();
             let answered = tokio::time::timeout(route.timeout, pending).await;
+            let took = started.elapsed();
             metrics
                 .upstream_duration
                 .with_label_values(&[&route.name])
-                .observe(started.elapsed().as_secs_f64());
+                .observe(took.as_secs_f64());
+            if let Some(note) = &note {
+                note.upstream_time(took);
+            }
             let response = match answered {
                 Err(_elapsed) => {
                     // Dropping the pending request (done by the timeout) makes its connection's

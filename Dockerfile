@@ -2,7 +2,8 @@
 # non-root user, with the embedded store by default.
 #
 #   docker build -t fencegate .
-#   docker run -p 8080:8080 -v fencegate-data:/var/lib/fencegate \
+#   docker run -p 8080:8080 -p 127.0.0.1:9090:9090 -e FENCEGATE_ADMIN_TOKEN=... \
+#     -v fencegate-data:/var/lib/fencegate \
 #     -v "$PWD/my.toml:/etc/fencegate/fencegate.toml:ro" -v "$PWD/tls:/etc/fencegate/tls:ro" fencegate
 #
 # The configuration is read from /etc/fencegate/fencegate.toml (config/docker.toml by default);
@@ -36,6 +37,13 @@ COPY --from=build /src/target/release/fencegate /usr/local/bin/fencegate
 COPY config/docker.toml /etc/fencegate/fencegate.toml
 USER 10001:10001
 VOLUME ["/var/lib/fencegate"]
-EXPOSE 8080
+# 8080: the data plane; 9090: the admin listener (metrics, /healthz, /readyz, admin API).
+EXPOSE 8080 9090
 ENTRYPOINT ["/usr/local/bin/fencegate"]
 CMD ["serve", "--config", "/etc/fencegate/fencegate.toml"]
+# Healthy means ready: `fencegate health` reads the [admin] listener's address from the
+# configuration and GETs /readyz (exit 0 on 200: the store answers and is trusted; 1 otherwise;
+# `--live` would ask /healthz). The image has no HTTP client, so the binary asks itself. A
+# configuration mounted over this one needs an [admin] table, or the check fails.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["/usr/local/bin/fencegate", "health", "--config", "/etc/fencegate/fencegate.toml"]

@@ -15,7 +15,7 @@ use crate::config::{Config, RestartSections};
 use crate::descriptors;
 use crate::fence::StoreMarks;
 use crate::gate::Gates;
-use crate::gateway::{Gateway, SharedLimits};
+use crate::gateway::{Gateway, Reporting, SharedLimits};
 use crate::metrics::Metrics;
 use crate::proxy::UpstreamSlots;
 use crate::reload::{start_authorities, Reloader, RouteSource};
@@ -25,7 +25,7 @@ use crate::store::{
     self, adoption, AdvanceAndBegin, CheckedStore, FenceStore, IntentStore, MarkCache, Replica,
     StoreError, StoreTrust,
 };
-use crate::telemetry::{AccessLog, Telemetry};
+use crate::telemetry::{AccessLog, SpanExport, Telemetry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -368,12 +368,19 @@ impl App {
             Arc::clone(&intents),
             self.config.server.intent_prune_interval,
         ));
+        let spans = self.config.telemetry.as_ref().and_then(|config| {
+            SpanExport::start(config, tokio::runtime::Handle::current())
+                .map_err(|e| tracing::error!(error = %e, "spans are not exported"))
+                .ok()
+                .map(Arc::new)
+        });
         let telemetry = Telemetry {
             access_log: self
                 .config
                 .server
                 .access_log
                 .then(|| Arc::new(AccessLog::new(self.config.server.access_log_sample))),
+            spans: spans.clone(),
         };
         // One gateway per serving thread, each with its own upstream connections.
         let gateway = || {
@@ -382,10 +389,12 @@ impl App {
                 Arc::clone(&self.guarded),
                 self.intents.clone(),
                 self.gates.clone(),
-                Arc::clone(&self.metrics),
                 self.limits.clone(),
                 self.authorities.clone(),
-                telemetry.clone(),
+                Reporting {
+                    metrics: Arc::clone(&self.metrics),
+                    telemetry: telemetry.clone(),
+                },
             )
         };
         let workers = crate::server::serve(
@@ -400,6 +409,11 @@ impl App {
         .await;
         watcher.abort();
         pruner.abort();
+        if let Some(spans) = spans {
+            // Off the runtime: the SDK's flush waits on its export thread, whose HTTP calls run
+            // on this runtime.
+            let _ = tokio::task::spawn_blocking(move || spans.shutdown()).await;
+        }
         if let Some(authorities) = &self.authorities {
             authorities.close();
         }

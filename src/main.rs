@@ -343,6 +343,7 @@ fn serve(path: &Path) -> ExitCode {
         }
     };
     runtime.block_on(async {
+        let signals = Signals::install();
         let file = path.display();
         let mut app = match fencegate::App::build(compiled).await {
             Ok(app) => app,
@@ -359,20 +360,66 @@ fn serve(path: &Path) -> ExitCode {
             }
         };
         app.set_config_source(path, &text);
-        let reloads = tokio::spawn(reload_on_sighup(app.reloader()));
-        app.serve(listener, shutdown_signal()).await;
+        #[cfg(unix)]
+        let (reloads, shutdown) = (
+            tokio::spawn(reload_on_sighup(app.reloader(), signals.hangup)),
+            shutdown_signal(signals.terminate, signals.interrupt),
+        );
+        #[cfg(not(unix))]
+        let (reloads, shutdown) = {
+            let _ = signals;
+            (
+                tokio::spawn(reload_on_sighup(app.reloader())),
+                shutdown_signal(),
+            )
+        };
+        app.serve(listener, shutdown).await;
         reloads.abort();
         ExitCode::SUCCESS
     })
 }
 
+/// The signals the gateway acts on, installed before anything starts: a SIGTERM or SIGHUP that
+/// arrives while the store opens or the listeners bind is then handled once serving begins,
+/// instead of taking its default action (ending the process without draining).
+struct Signals {
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    interrupt: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    hangup: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let install = |kind: SignalKind, name: &str| {
+                signal(kind)
+                    .map_err(|e| tracing::warn!(error = %e, "cannot handle {name}"))
+                    .ok()
+            };
+            Signals {
+                terminate: install(SignalKind::terminate(), "SIGTERM"),
+                interrupt: install(SignalKind::interrupt(), "SIGINT"),
+                hangup: install(SignalKind::hangup(), "SIGHUP"),
+            }
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+}
+
 /// Reloads the routes on every SIGHUP (the reloader logs and counts each outcome).
-async fn reload_on_sighup(reloader: std::sync::Arc<fencegate::reload::Reloader>) {
+async fn reload_on_sighup(
+    reloader: std::sync::Arc<fencegate::reload::Reloader>,
+    #[cfg(unix)] hangup: Option<tokio::signal::unix::Signal>,
+) {
     #[cfg(unix)]
     {
-        let Ok(mut hangups) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        else {
+        let Some(mut hangups) = hangup else {
             tracing::warn!("cannot listen for SIGHUP; reload through the admin API instead");
             return;
         };
@@ -386,26 +433,32 @@ async fn reload_on_sighup(reloader: std::sync::Arc<fencegate::reload::Reloader>)
 }
 
 /// Resolves on SIGINT (ctrl-c) or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
+#[cfg(unix)]
+async fn shutdown_signal(
+    terminate: Option<tokio::signal::unix::Signal>,
+    interrupt: Option<tokio::signal::unix::Signal>,
+) {
+    async fn received(signal: Option<tokio::signal::unix::Signal>) {
+        match signal {
+            Some(mut signal) => {
                 signal.recv().await;
             }
-            Err(_) => std::future::pending::<()>().await,
+            None => std::future::pending::<()>().await,
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
+    }
     tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT received"),
-        () = terminate => tracing::info!("SIGTERM received"),
+        () = received(interrupt) => tracing::info!("SIGINT received"),
+        () = received(terminate) => tracing::info!("SIGTERM received"),
+    }
+}
+
+/// Resolves on ctrl-c.
+#[cfg(not(unix))]
+async fn shutdown_signal() {
+    if tokio::signal::ctrl_c().await.is_ok() {
+        tracing::info!("ctrl-c received");
+    } else {
+        std::future::pending::<()>().await;
     }
 }
 

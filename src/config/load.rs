@@ -122,6 +122,14 @@ fn validate(config: &Config, origin: &Path) -> Result<(), ConfigError> {
             _ => {}
         }
     }
+    if let Some(telemetry) = &config.telemetry {
+        check_otlp_endpoint(&telemetry.otlp_endpoint).map_err(|message| ConfigError::Invalid {
+            file: origin.to_owned(),
+            route: None,
+            field: "telemetry.otlp_endpoint".to_owned(),
+            message,
+        })?;
+    }
     if config.store.max_batch() == 0 {
         return Err(store_error("max_batch", "must be at least 1"));
     }
@@ -481,5 +489,21 @@ compare = "monotonic"
         let text = GOOD.replace("timeout = \"30s\"", "timeout = \"soon\"");
         let message = parse(&text).unwrap_err().to_string();
         assert!(message.contains("timeout"), "{message}");
+    }
+}
+
+/// A collector's OTLP/HTTP base URL: `http://host:port`, optionally with a path.
+fn check_otlp_endpoint(endpoint: &str) -> Result<(), String> {
+    let uri: http::Uri = endpoint
+        .parse()
+        .map_err(|e| format!("{endpoint:?} is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") if uri.authority().is_some() => Ok(()),
+        Some("https") => Err(format!(
+            "{endpoint:?}: spans are exported over plain HTTP only; point it at a collector or agent on a trusted network (http://host:4318)"
+        )),
+        _ => Err(format!(
+            "{endpoint:?}: give the collector's OTLP/HTTP address, such as http://127.0.0.1:4318"
+        )),
     }
 }

@@ -15,6 +15,7 @@ mod route;
 mod sections;
 mod server;
 mod store;
+mod telemetry;
 mod tls;
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_MAX_CONNECTIONS};
@@ -51,6 +52,7 @@ pub use store::{
     DEFAULT_TURN_MARGIN,
 };
 
+pub use telemetry::{TelemetryConfig, DEFAULT_EXPORT_TIMEOUT, DEFAULT_SERVICE_NAME};
 pub use tls::{
     ListenerTlsConfig, StoreTlsConfig, StoreTlsMode, UpstreamTlsConfig,
     DEFAULT_TLS_HANDSHAKE_TIMEOUT,
@@ -70,4 +72,7 @@ pub struct Config {
     /// The admin listener; absent: no admin API.
     #[serde(default)]
     pub admin: Option<AdminConfig>,
+    /// Span export; absent: trace context is forwarded untouched and nothing is exported.
+    #[serde(default)]
+    pub telemetry: Option<TelemetryConfig>,
 }

@@ -38,7 +38,7 @@ use crate::request_id::{assign_request_id, stamp_request_id};
 use crate::route::{check_method_spelling, RESERVED_PREFIX};
 use crate::store::intents::NoIntentStore;
 use crate::store::{CheckedStore, IntentStore};
-use crate::telemetry::{AccessNote, Telemetry, TraceParent};
+use crate::telemetry::{AccessNote, Telemetry};
 
 type RoutedStack = Routing<Fence<Idempotency<Gate<Proxy>>>>;
 
@@ -49,6 +49,13 @@ pub struct SharedLimits {
     pub budget: MemoryBudget,
     pub upstream_slots: Arc<UpstreamSlots>,
     pub body_timeout: Duration,
+}
+
+/// Where the gateway reports what it does: metrics, and each request's access line and span.
+#[derive(Clone)]
+pub struct Reporting {
+    pub metrics: Arc<Metrics>,
+    pub telemetry: Telemetry,
 }
 
 /// The whole data plane as one cloneable service.
@@ -66,10 +73,9 @@ impl Gateway {
         store: Arc<CheckedStore>,
         intents: Option<Arc<dyn IntentStore>>,
         gates: Gates,
-        metrics: Arc<Metrics>,
         limits: SharedLimits,
         authorities: Option<Arc<Authorities>>,
-        telemetry: Telemetry,
+        Reporting { metrics, telemetry }: Reporting,
     ) -> Gateway {
         // `intents`, when given, are the fence store's own backend. Without them, idempotent
         // routes answer 503.
@@ -163,19 +169,11 @@ impl Service<Request<Incoming>> for Gateway {
         // Before the reserved/routed split, so both answer with the id and every layer (and the
         // upstream) sees it; not a layer, because the error-to-response step below needs it too.
         let request_id = assign_request_id(&mut request);
-        // The access line's record, filled by the layers through the request's extensions and
-        // written when the response body ends.
-        let entry = self.telemetry.access_log.as_ref().map(|log| {
-            let entry = log.start(request.method(), request.uri().path(), request_id.as_str());
-            request.extensions_mut().insert(entry.note());
-            entry
-        });
-        let trace_id = entry
-            .as_ref()
-            .and_then(|_| TraceParent::from_headers(request.headers()))
-            .map(|parent| parent.trace_id_hex());
+        // The access line's record (and the request's span), filled by the layers through the
+        // request's extensions and written when the response body ends.
+        let entry = self.telemetry.start(&mut request, request_id.as_str());
         let finish = move |response: Response<ProxyBody>| match entry {
-            Some(entry) => entry.finish(response, trace_id),
+            Some(entry) => entry.finish(response),
             None => response,
         };
         // Refused whatever the path: ambiguous framing, `CONNECT`, a method spelled in another

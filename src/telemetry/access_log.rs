@@ -1,7 +1,8 @@
 //! The access log: one structured line per request (target `fencegate::access`, level info) —
-//! route, key, token, verdict, status, upstream time, bytes, request id — written when the
-//! response body has been sent (or abandoned). The layers note what they learn in the request's
-//! [`AccessNote`]; refusals and server errors are always written, the rest as sampled.
+//! route, key, token, verdict, status, upstream time, bytes, request id — written, and the
+//! request's span ended, when the response body has been sent (or abandoned). The layers note
+//! what they learn in the request's [`AccessNote`]; refusals and server errors are always
+//! written, the rest as sampled.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +15,7 @@ use http::Method;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt as _;
 
+use super::otlp::{RequestSpan, SpanFields};
 use crate::body::{BoxError, ProxyBody};
 
 /// How a request ended, as the access log names it.
@@ -131,43 +133,24 @@ impl AccessLog {
         let after = (n + 1).wrapping_mul(self.keep_per_2_32) >> 32;
         after != before
     }
-
-    /// Starts the record of one request.
-    pub fn start(self: &Arc<Self>, method: &Method, path: &str, request_id: &str) -> AccessEntry {
-        AccessEntry {
-            log: Arc::clone(self),
-            note: AccessNote::default(),
-            method: method.clone(),
-            path: path.to_owned(),
-            request_id: request_id.to_owned(),
-            started: Instant::now(),
-        }
-    }
 }
 
-/// One request's record until its response is known.
+/// One request's record until its response is known: its access line and its span.
 pub struct AccessEntry {
-    log: Arc<AccessLog>,
-    note: AccessNote,
-    method: Method,
-    path: String,
-    request_id: String,
-    started: Instant,
+    pub(super) log: Option<Arc<AccessLog>>,
+    pub(super) span: Option<RequestSpan>,
+    pub(super) note: AccessNote,
+    pub(super) method: Method,
+    pub(super) path: String,
+    pub(super) request_id: String,
+    pub(super) trace_id: Option<String>,
+    pub(super) started: Instant,
 }
 
 impl AccessEntry {
-    /// The note the layers fill (put it in the request's extensions).
-    pub fn note(&self) -> AccessNote {
-        self.note.clone()
-    }
-
-    /// Wraps the response's body so that the line is written when the body ends or is dropped,
-    /// with the bytes sent. `trace_id` is the request's trace, when one is followed.
-    pub fn finish(
-        self,
-        response: http::Response<ProxyBody>,
-        trace_id: Option<String>,
-    ) -> http::Response<ProxyBody> {
+    /// Wraps the response's body so that the line is written (and the span ended) when the body
+    /// ends or is dropped, with the bytes sent.
+    pub fn finish(self, response: http::Response<ProxyBody>) -> http::Response<ProxyBody> {
         let status = response.status().as_u16();
         response.map(|body| {
             AccessBody {
@@ -175,7 +158,6 @@ impl AccessEntry {
                 line: Some(Line {
                     entry: self,
                     status,
-                    trace_id,
                 }),
                 bytes: 0,
             }
@@ -187,16 +169,11 @@ impl AccessEntry {
 struct Line {
     entry: AccessEntry,
     status: u16,
-    trace_id: Option<String>,
 }
 
 impl Line {
     fn write(self, bytes: u64, complete: bool) {
-        let Line {
-            entry,
-            status,
-            trace_id,
-        } = self;
+        let Line { entry, status } = self;
         let noted = match entry.note.0.lock() {
             Ok(mut noted) => std::mem::take(&mut *noted),
             Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
@@ -207,7 +184,25 @@ impl Line {
             Verdict::Unfenced
         });
         let always = verdict == Verdict::Refused || status >= 500;
-        if !always && !entry.log.keeps() {
+        if let Some(span) = entry.span {
+            span.end(
+                &entry.method,
+                SpanFields {
+                    path: &entry.path,
+                    route: noted.route.as_deref(),
+                    key: noted.key.as_deref(),
+                    token: noted.token,
+                    verdict: verdict.as_str(),
+                    reason: noted.reason,
+                    status,
+                    bytes,
+                },
+            );
+        }
+        let Some(log) = entry.log else {
+            return;
+        };
+        if !always && !log.keeps() {
             return;
         }
         let upstream_ms = noted.upstream.map(|d| d.as_secs_f64() * 1000.0);
@@ -226,7 +221,7 @@ impl Line {
             bytes,
             complete,
             request_id = %entry.request_id,
-            trace_id = trace_id.as_deref(),
+            trace_id = entry.trace_id.as_deref(),
             "request"
         );
     }

@@ -1,18 +1,62 @@
 //! What the gateway tells operators about each request beyond metrics: the access log
-//! (`access_log.rs`) and W3C trace context (`trace_context.rs`), with spans exported over OTLP
-//! when a collector is configured (`otlp.rs`).
+//! (`access_log.rs`) and W3C trace context (`trace_context.rs`), with a span per request
+//! exported over OTLP when `[telemetry]` names a collector (`otlp.rs`).
 
 mod access_log;
+mod otlp;
 mod trace_context;
 
 pub use access_log::{AccessEntry, AccessLog, AccessNote, Verdict};
-pub use trace_context::TraceParent;
+pub use otlp::{ExportError, SpanExport};
+pub use trace_context::{TraceParent, TRACEPARENT};
 
 use std::sync::Arc;
+use std::time::Instant;
+
+use http::Request;
 
 /// The per-request telemetry every serving thread's gateway shares.
 #[derive(Clone, Default)]
 pub struct Telemetry {
     /// Absent: no access log.
     pub access_log: Option<Arc<AccessLog>>,
+    /// Absent: trace context is forwarded untouched and no span is recorded.
+    pub spans: Option<Arc<SpanExport>>,
+}
+
+impl Telemetry {
+    /// Starts the record of one request, when there is anything to record: puts its
+    /// [`AccessNote`] in the request's extensions and, when spans are exported, makes the
+    /// request's span the parent named in the `traceparent` the upstream receives.
+    pub fn start<B>(&self, request: &mut Request<B>, request_id: &str) -> Option<AccessEntry> {
+        if self.access_log.is_none() && self.spans.is_none() {
+            return None;
+        }
+        let parent = TraceParent::from_headers(request.headers());
+        let span = self
+            .spans
+            .as_ref()
+            .map(|spans| spans.begin(parent, request.method().to_string()));
+        let trace_id = match &span {
+            Some(span) => {
+                if let Some(value) = span.traceparent() {
+                    request.headers_mut().insert(TRACEPARENT, value);
+                }
+                Some(span.trace_id())
+            }
+            None => parent.map(|p| p.trace_id_hex()),
+        };
+        let note = AccessNote::default();
+        request.extensions_mut().insert(note.clone());
+        Some(AccessEntry {
+            log: self.access_log.clone(),
+            span,
+            note,
+            method: request.method().clone(),
+            path: request.uri().path().to_owned(),
+            request_id: request_id.to_owned(),
+            trace_id,
+            started: Instant::now(),
+        })
+    }
 }

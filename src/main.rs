@@ -345,20 +345,27 @@ fn serve(path: &Path) -> ExitCode {
     runtime.block_on(async {
         let signals = Signals::install();
         let file = path.display();
+        // Start-up failures are printed as configuration errors are, whatever RUST_LOG keeps.
         let mut app = match fencegate::App::build(compiled).await {
             Ok(app) => app,
             Err(e) => {
-                tracing::error!("{file}: cannot serve: {e}");
+                eprintln!("error: {file}: cannot serve: {e}");
                 return ExitCode::FAILURE;
             }
         };
         let listener = match app.bind().await {
             Ok(listener) => listener,
             Err(e) => {
-                tracing::error!("{file}: cannot serve: {e}");
+                eprintln!("error: {file}: cannot serve: server.listen: {e}");
                 return ExitCode::FAILURE;
             }
         };
+        // A configured admin listener that cannot bind is a failed start, not a gateway without
+        // its health checks and admin API.
+        if let Err(e) = app.bind_admin().await {
+            eprintln!("error: {file}: cannot serve: admin.listen: {e}");
+            return ExitCode::FAILURE;
+        }
         app.set_config_source(path, &text);
         #[cfg(unix)]
         let (reloads, shutdown) = (

@@ -35,28 +35,39 @@ fn names_no_backend(error: &serde_path_to_error::Error<toml::de::Error>) -> bool
 }
 
 /// A `[store]` without `backend` is the embedded store (the default): the text is read again
-/// with `backend = "embedded"` added to that table. Errors keep their field but lose the line.
+/// with `backend = "embedded"` on a line of its own after the table's header, and the lines of
+/// any error below it are counted as in the file.
 fn with_embedded_backend(text: &str, origin: &Path) -> Result<Config, ConfigError> {
-    let syntax = |message: String| ConfigError::Syntax {
-        file: origin.to_owned(),
-        message,
-    };
-    let mut table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| syntax(e.to_string()))?;
-    if let Some(toml::Value::Table(store)) = table.get_mut("store") {
-        store.insert("backend".to_owned(), toml::Value::from("embedded"));
-    }
-    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-        let path = e.path().to_string();
-        let message = e.into_inner().to_string();
-        let (route, field) = split_route_path(text, &path);
-        ConfigError::Invalid {
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let header = lines.iter().position(|line| {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        line.strip_prefix('[')
+            .and_then(|l| l.strip_suffix(']'))
+            .is_some_and(|name| name.trim() == "store")
+    });
+    let Some(header) = header else {
+        // `store.path = ...` as a dotted key: nothing to add a line after.
+        return Err(ConfigError::Invalid {
             file: origin.to_owned(),
-            route,
-            field,
-            message,
+            route: None,
+            field: "store.backend".to_owned(),
+            message: "write the store as a [store] table (backend defaults to \"embedded\")"
+                .to_owned(),
+        });
+    };
+    let mut amended = String::with_capacity(text.len() + 24);
+    for (i, line) in lines.iter().enumerate() {
+        amended.push_str(line);
+        if i == header {
+            if !line.ends_with('\n') {
+                amended.push('\n');
+            }
+            amended.push_str("backend = \"embedded\"\n");
         }
+    }
+    serde_path_to_error::deserialize(toml::Deserializer::new(&amended)).map_err(|e| {
+        // Lines after the added one are one further down in `amended` than in the file.
+        deserialize_error_at(&amended, origin, e, Some(header + 2))
     })
 }
 
@@ -314,6 +325,17 @@ fn deserialize_error(
     origin: &Path,
     error: serde_path_to_error::Error<toml::de::Error>,
 ) -> ConfigError {
+    deserialize_error_at(text, origin, error, None)
+}
+
+/// [`deserialize_error`] for text with one line added at `added_line` (1-based), which the
+/// line numbers of the message leave out.
+fn deserialize_error_at(
+    text: &str,
+    origin: &Path,
+    error: serde_path_to_error::Error<toml::de::Error>,
+    added_line: Option<usize>,
+) -> ConfigError {
     let path = error.path().to_string();
     let inner = error.into_inner();
     let message = inner.message().to_owned();
@@ -321,6 +343,10 @@ fn deserialize_error(
     let location = inner
         .span()
         .map(|span| line_of(text, span.start))
+        .map(|line| match added_line {
+            Some(added) if line > added => line - 1,
+            _ => line,
+        })
         .map(|line| format!(" (line {line})"))
         .unwrap_or_default();
     if path == "." || path.is_empty() {

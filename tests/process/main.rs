@@ -14,7 +14,10 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod admin_client;
+mod admin_openapi;
 mod cli;
+mod deploy;
 mod durability;
 mod hostile_load;
 mod idempotency_crash;
@@ -23,4 +26,5 @@ mod reload;
 mod replicas;
 mod shutdown;
 mod stripe;
+mod telemetry;
 mod token_snippets;

@@ -1,13 +1,14 @@
 //! Reloading routes on `POST /admin/reload` and on SIGHUP, with the real binary: new routes apply
-//! to new requests at once, a request in flight finishes on the route it matched, and an invalid
-//! file keeps the old routes and says why (the endpoint's answer, the log, a metric).
+//! to new requests at once, a request in flight finishes on the route it matched, an invalid
+//! file keeps the old routes and says why (the endpoint's answer, the log, a metric), and a
+//! change a reload cannot apply is named as waiting for a restart.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support;
 use crate::support::gateway::{config_text_with_store, embedded_store, fenced_route};
-use crate::support::process::free_port;
+use crate::support::process::{free_port, stderr_path, Launch};
 use crate::support::{send, Behavior, GatewayProcess, RecordingUpstream, DELAY_HEADER};
 
 const TOKEN: &str = "reload-test-token-0123456789";
@@ -188,4 +189,51 @@ async fn sighup_reloads_the_listener_certificate() {
         https_get(&old_ca.pem, None, &url).await.is_err(),
         "the old certificate is still served"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_names_the_restart_only_sections_the_file_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let process = Launch::new().admin(TOKEN, "").start(dir.path(), "");
+    let config = dir.path().join("fencegate.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let changed = text.replacen("shutdown_grace = \"5s\"", "shutdown_grace = \"6s\"", 1);
+    assert_ne!(changed, text, "the [server] table changed shape");
+    std::fs::write(&config, changed).unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &process.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    // The reload applies what it can and names [server], which waits for a restart: in the log
+    // (a warning) and in a gauge per section.
+    let waiting = "fencegate_reload_restart_required{section=\"server\"} 1";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (warning, metrics) = loop {
+        let log = std::fs::read_to_string(stderr_path(dir.path())).unwrap_or_default();
+        let warning = log
+            .lines()
+            .find(|line| line.contains("WARN") && line.contains("restart"))
+            .map(str::to_owned);
+        let metrics = send("GET", &process.admin_url("/metrics"), &[], "").await;
+        let metrics = String::from_utf8(metrics.body.to_vec()).unwrap();
+        if warning.is_some() && metrics.contains(waiting) {
+            break (warning.unwrap_or_default(), metrics);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no restart warning after SIGHUP; log:\n{log}\nmetrics:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(warning.contains("server"), "{warning}");
+    for unchanged in ["store", "admin"] {
+        assert!(
+            metrics.contains(&format!(
+                "fencegate_reload_restart_required{{section=\"{unchanged}\"}} 0"
+            )),
+            "{unchanged}: {metrics}"
+        );
+    }
 }

@@ -81,6 +81,7 @@ impl Bench {
         let text = shipped_config_for_test(&ShippedConfigPaths {
             dir: dir.path(),
             addr,
+            admin: free_port(),
             gateway_cert: &gateway_cert,
             gateway_key: &gateway_key,
             ca_file: &ca_file,
@@ -210,6 +211,8 @@ impl Bench {
 struct ShippedConfigPaths<'a> {
     dir: &'a Path,
     addr: SocketAddr,
+    /// The admin listener's address (the shipped 127.0.0.1:9090 may be taken here).
+    admin: SocketAddr,
     gateway_cert: &'a Path,
     gateway_key: &'a Path,
     ca_file: &'a Path,
@@ -218,8 +221,9 @@ struct ShippedConfigPaths<'a> {
 }
 
 /// `config/stripe.toml` as shipped, with only what a test must change: its addresses and
-/// directories, TLS on the listener, the fake provider and its CA instead of api.stripe.com, a
-/// shorter route timeout, and the idempotency variant.
+/// directories, the admin token inline instead of from `FENCEGATE_ADMIN_TOKEN`, TLS on the
+/// listener, the fake provider and its CA instead of api.stripe.com, a shorter route timeout, and
+/// the idempotency variant.
 fn shipped_config_for_test(paths: &ShippedConfigPaths<'_>) -> String {
     let shipped = format!("{}/config/stripe.toml", env!("CARGO_MANIFEST_DIR"));
     let mut text = std::fs::read_to_string(&shipped).expect("read config/stripe.toml");
@@ -227,6 +231,14 @@ fn shipped_config_for_test(paths: &ShippedConfigPaths<'_>) -> String {
         (
             "listen = \"127.0.0.1:8443\"\n".to_owned(),
             format!("listen = \"{}\"\n", paths.addr),
+        ),
+        (
+            "listen = \"127.0.0.1:9090\"\n".to_owned(),
+            format!("listen = \"{}\"\n", paths.admin),
+        ),
+        (
+            "token_env = \"FENCEGATE_ADMIN_TOKEN\"\n".to_owned(),
+            "token = \"stripe-test-admin-token-0123456789\"\n".to_owned(),
         ),
         (
             "state_dir = \"data\"\n".to_owned(),

@@ -2,6 +2,7 @@
 //! binary as a child process, and a small HTTP client.
 #![allow(dead_code, unused_imports)] // each test crate uses a different subset
 
+pub mod admin_api;
 pub mod attack;
 pub mod cell_clients;
 pub mod cell_gateway;
@@ -18,6 +19,7 @@ pub mod history;
 pub mod intent_contract;
 pub mod leases;
 pub mod locks;
+pub mod namespace_in_task;
 pub mod network_store;
 pub mod ordering;
 pub mod outcome;

@@ -204,6 +204,11 @@ pub struct Launch {
     server_options: String,
     admin: Option<String>,
     limits: Vec<String>,
+    /// Top-level tables appended to the file (`[telemetry]`, ...).
+    tables: String,
+    /// `RUST_LOG` (default `warn`) and arguments after `serve --config FILE`.
+    rust_log: Option<String>,
+    args: Vec<String>,
 }
 
 /// How a [`Launch`] ended when the binary was not expected to serve.
@@ -227,6 +232,21 @@ impl Launch {
     /// An `[admin]` listener on a free port with bearer `token` and the TOML lines `options`.
     pub fn admin(mut self, token: &str, options: &str) -> Launch {
         self.admin = Some(format!("token = \"{token}\"\n{options}\n"));
+        self
+    }
+
+    /// TOML tables appended to the configuration file.
+    pub fn table(mut self, toml: &str) -> Launch {
+        self.tables.push('\n');
+        self.tables.push_str(toml);
+        self.tables.push('\n');
+        self
+    }
+
+    /// Runs with `RUST_LOG=rust_log` and `args` after `serve --config FILE`.
+    pub fn logging(mut self, rust_log: &str, args: &[&str]) -> Launch {
+        self.rust_log = Some(rust_log.to_owned());
+        self.args = args.iter().map(|a| (*a).to_owned()).collect();
         self
     }
 
@@ -259,6 +279,7 @@ impl Launch {
         if let (Some(admin_addr), Some(table)) = (admin, &self.admin) {
             text.push_str(&format!("\n[admin]\nlisten = \"{admin_addr}\"\n{table}"));
         }
+        text.push_str(&self.tables);
         let config = dir.join("fencegate.toml");
         std::fs::write(&config, &text).expect("write config");
         let stderr = std::fs::File::create(stderr_path(dir)).expect("create stderr file");
@@ -281,7 +302,8 @@ impl Launch {
         let child = command
             .args(["serve", "--config"])
             .arg(&config)
-            .env("RUST_LOG", "warn")
+            .args(&self.args)
+            .env("RUST_LOG", self.rust_log.as_deref().unwrap_or("warn"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)

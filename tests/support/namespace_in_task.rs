@@ -1,0 +1,48 @@
+//! A network store's namespace (PostgreSQL schema, Redis or etcd key prefix) for a test that runs
+//! a gateway in process: like [`with_namespace`](super::network_store::with_namespace), but the
+//! test runs on the caller's task instead of a spawned one (a gateway's start-up future is not
+//! provably `Send` there), its panic caught so that the namespace is removed all the same.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt as _;
+
+use super::network_store::Backend;
+use super::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
+
+/// Runs `test` with a fresh namespace of `backend`, then removes it, even when `test` panics.
+/// Fails (never skips) when the server cannot be reached.
+pub async fn with_namespace_in_task<F, Fut, T>(backend: Backend, test: F) -> T
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let namespace = match backend {
+        Backend::Postgres => {
+            if let Err(e) =
+                <sqlx::PgConnection as sqlx::Connection>::connect(TEST_POSTGRES_URL).await
+            {
+                panic!("this test needs PostgreSQL at {TEST_POSTGRES_URL}: {e}");
+            }
+            unique_schema()
+        }
+        Backend::Redis => {
+            drop(super::redis::direct().await);
+            super::redis::unique_prefix()
+        }
+        Backend::Etcd => {
+            super::etcd::call("/v3/kv/range", serde_json::json!({"key": "cHJvYmU="})).await;
+            super::etcd::unique_prefix()
+        }
+    };
+    let outcome = AssertUnwindSafe(test(namespace.clone()))
+        .catch_unwind()
+        .await;
+    match backend {
+        Backend::Postgres => drop_schema(&namespace).await,
+        Backend::Redis => super::redis::delete_keys(&namespace).await,
+        Backend::Etcd => super::etcd::delete_keys(&namespace).await,
+    }
+    outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}

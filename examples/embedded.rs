@@ -3,7 +3,7 @@
 //! before the handler runs.
 //!
 //! ```text
-//! cargo run --example embedded
+//! cargo run --release --example embedded
 //! curl -X PUT -H 'X-Fence: 5' localhost:8402/accounts/7   # written
 //! curl -X PUT -H 'X-Fence: 3' localhost:8402/accounts/7   # 409 stale-fence, X-Fence-Current: 5
 //! ```

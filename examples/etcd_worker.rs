@@ -3,9 +3,9 @@
 //! (docs/getting-tokens.md).
 //!
 //! ```text
-//! cargo run --example etcd_worker -- GATEWAY_URL [--etcd URL] [--lock NAME] [--ttl SECONDS]
+//! cargo run --release --example etcd_worker -- GATEWAY_URL [--etcd URL] [--lock NAME] [--ttl SECONDS]
 //!                                    [--every MILLIS] [--writes N]
-//! cargo run --example etcd_worker -- http://127.0.0.1:8080/invoices/42 --writes 5
+//! cargo run --release --example etcd_worker -- http://127.0.0.1:8080/invoices/42 --writes 5
 //! ```
 //!
 //! The lock is etcd's own recipe (Go's `concurrency.Mutex`, `etcdctl lock`) over the v3 HTTP/JSON

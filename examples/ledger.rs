@@ -2,7 +2,7 @@
 //! fencing. It keeps the last body written to each path and echoes the `X-Fence` header it was sent,
 //! so you can watch what fencegate forwards — and see that stale writes never arrive.
 //!
-//! `cargo run --example ledger [ADDR]` (default `127.0.0.1:9000`). POST/PUT/PATCH store the body,
+//! `cargo run --release --example ledger [ADDR]` (default `127.0.0.1:9000`). POST/PUT/PATCH store the body,
 //! GET returns it, DELETE removes it. Every write and delete is printed as one line.
 
 use std::collections::HashMap;

@@ -3,9 +3,9 @@
 //! (docs/getting-tokens.md).
 //!
 //! ```text
-//! cargo run --example pg_lease_worker -- GATEWAY_URL [--dsn URL] [--table NAME] [--lock KEY]
+//! cargo run --release --example pg_lease_worker -- GATEWAY_URL [--dsn URL] [--table NAME] [--lock KEY]
 //!                                        [--ttl SECONDS] [--every MILLIS] [--writes N]
-//! cargo run --example pg_lease_worker -- http://127.0.0.1:8080/invoices/42 --writes 5
+//! cargo run --release --example pg_lease_worker -- http://127.0.0.1:8080/invoices/42 --writes 5
 //! ```
 //!
 //! One row per lock; acquiring a free or expired lease raises the row's `fence` in the same

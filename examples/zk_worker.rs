@@ -3,9 +3,9 @@
 //! (docs/getting-tokens.md).
 //!
 //! ```text
-//! cargo run --example zk_worker -- GATEWAY_URL [--zk HOSTS] [--lock PATH] [--every MILLIS]
+//! cargo run --release --example zk_worker -- GATEWAY_URL [--zk HOSTS] [--lock PATH] [--every MILLIS]
 //!                                  [--writes N]
-//! cargo run --example zk_worker -- http://127.0.0.1:8080/invoices/9 --lock /locks/invoice/9
+//! cargo run --release --example zk_worker -- http://127.0.0.1:8080/invoices/9 --lock /locks/invoice/9
 //! ```
 //!
 //! The lock is ZooKeeper's recipe, as in examples/tokens/zk_lock.py: create the persistent lock

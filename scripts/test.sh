@@ -6,6 +6,27 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 scripts/ensure-services.sh
+# The PostgreSQL tests open pools of their own (the three-replica history test about 35
+# connections at once, beside the other test running with it); with fewer free connections they
+# fail with "sorry, too many clients already" and name no cause. Measured peak of this suite:
+# see README ("Running the tests").
+needed="${FENCEGATE_TEST_PG_CONNECTIONS:-60}"
+if command -v psql >/dev/null 2>&1; then
+  if row=$(psql -h 127.0.0.1 -U postgres -d test -Atc "SELECT current_setting('max_connections')::int - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'), current_setting('max_connections')" 2>&1); then
+    free="${row%%|*}"; max="${row##*|}"
+    if [ "$free" -lt "$needed" ]; then
+      echo "postgres: only $free of max_connections = $max are free; the suite needs $needed."
+      echo "  Close other clients, or raise max_connections (ALTER SYSTEM SET max_connections = 200; then restart PostgreSQL)."
+      echo "  The PostgreSQL tests will fail with 'too many clients' otherwise; continuing so every other test still runs."
+    else
+      echo "postgres: $free of $max connections free (the suite needs $needed)"
+    fi
+  else
+    echo "postgres: cannot count free connections: $row"
+  fi
+else
+  echo "postgres: psql not found; free connections not checked (the suite needs $needed)"
+fi
 # The metrics test checks the exposition with Prometheus's own parser.
 if ! command -v promtool >/dev/null 2>&1; then
   echo "installing promtool (Debian package prometheus)"

@@ -198,7 +198,7 @@ async fn health_readiness_and_auth() {
     let routes = admin_get(&gw, "/admin/routes").await;
     assert_eq!(routes.status, 200);
     assert_eq!(routes.json()["routes"][0]["name"], "inv");
-    assert_eq!(routes.json()["routes"][0]["ordering"], "serialize");
+    assert_eq!(routes.json()["routes"][0]["fence"]["ordering"], "serialize");
 }
 
 #[tokio::test]

@@ -10,6 +10,10 @@
 mod support;
 
 mod admin;
+mod admin_problems;
+mod admin_reconciliation;
+mod admin_reload;
+mod admin_routes;
 mod claim;
 mod concurrency;
 mod embedded_layer;

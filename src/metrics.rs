@@ -246,6 +246,15 @@ fn render_route_counters(text: &mut String, routes: &RouteTable) {
             ));
         }
     }
+    text.push_str("# HELP fencegate_fence_failed_open_total Fenced requests forwarded unchecked because the store failed on a route with on_store_error = fail_open.\n");
+    text.push_str("# TYPE fencegate_fence_failed_open_total counter\n");
+    for route in routes.routes() {
+        text.push_str(&format!(
+            "fencegate_fence_failed_open_total{{route=\"{}\"}} {}\n",
+            escape_label(&route.name),
+            RouteCounters::read(&route.counters.failed_open)
+        ));
+    }
     text.push_str("# HELP fencegate_fence_advances_total Accepted tokens that raised a key's mark: new generations, i.e. owner churn.\n");
     text.push_str("# TYPE fencegate_fence_advances_total counter\n");
     for route in routes.routes() {

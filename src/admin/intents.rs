@@ -54,7 +54,12 @@ pub(super) async fn list(
     let Some(intents) = &state.intents else {
         return Ok(Json(json!({ "intents": [] })).into_response());
     };
-    let before = now_ms().saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
+    // Listed: updated before `before`. No age lists every one, including one updated this
+    // millisecond.
+    let before = match u64::try_from(age.as_millis()).unwrap_or(u64::MAX) {
+        0 => u64::MAX,
+        age_ms => now_ms().saturating_sub(age_ms),
+    };
     let records = store_call(intents.list_submitting(before, limit)).await?;
     let now = now_ms();
     let listed: Vec<_> = records

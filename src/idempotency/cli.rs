@@ -29,8 +29,13 @@ pub async fn run(intents: &dyn IntentStore, request: Request) -> Result<String, 
             let age = humantime::parse_duration(&older_than)
                 .map_err(|e| format!("--older-than {older_than:?}: {e}"))?;
             let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+            let before = if age_ms == 0 {
+                u64::MAX
+            } else {
+                now_ms().saturating_sub(age_ms)
+            };
             let records = intents
-                .list_submitting(now_ms().saturating_sub(age_ms), limit)
+                .list_submitting(before, limit)
                 .await
                 .map_err(|e| e.to_string())?;
             let mut text = String::new();

@@ -116,3 +116,74 @@ async fn json_log_format_writes_json_lines_with_the_refusals_context() {
     assert_eq!(refusal["current"], 5);
     assert_eq!(refusal["request_id"], "json-log-1");
 }
+
+/// A SIGTERM that arrives while the gateway is still starting (here: its store does not answer
+/// yet) is handled once it serves: it drains and exits 0. It used to take the signal's default
+/// action, ending the process at once, because the handler was installed only when serving
+/// began.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_during_start_up_is_handled_not_fatal() {
+    use crate::support::relay::{Relay, RelayMode};
+    let relay = Relay::start(
+        crate::support::redis::REDIS_ADDR
+            .parse()
+            .expect("the Redis address"),
+    )
+    .await;
+    relay.set(RelayMode::Stall);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let addr = crate::support::process::free_port();
+    let prefix = crate::support::redis::unique_prefix();
+    let store = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"redis://{}\"\nkey_prefix = \"{prefix}\"\n",
+        relay.addr
+    );
+    let text = crate::support::gateway::config_text_with_store(
+        dir.path(),
+        &addr.to_string(),
+        &store,
+        &fenced_route("docs", "http://127.0.0.1:9", "enforce", "monotonic"),
+    );
+    let config = dir.path().join("fencegate.toml");
+    std::fs::write(&config, text).expect("write config");
+    let stderr = std::fs::File::create(stderr_path(dir.path())).expect("stderr file");
+    let mut child = std::process::Command::new(crate::support::process::binary())
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start fencegate");
+    // Long enough to be past parsing the configuration, into opening the stalled store.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        child.try_wait().expect("poll the child").is_none(),
+        "fencegate exited before the signal: {}",
+        std::fs::read_to_string(stderr_path(dir.path())).unwrap_or_default()
+    );
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    relay.set(RelayMode::Pass);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "fencegate did not exit");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let log = std::fs::read_to_string(stderr_path(dir.path())).unwrap_or_default();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "a SIGTERM during start-up must be handled (drain, exit 0), not end the process: {status}\n{log}"
+    );
+    assert!(log.contains("SIGTERM received"), "{log}");
+    crate::support::redis::delete_keys(&prefix).await;
+}

@@ -28,3 +28,4 @@ mod shutdown;
 mod stripe;
 mod telemetry;
 mod token_snippets;
+mod walkthrough;

@@ -8,6 +8,9 @@
 #                                         # idem-BACKEND (idempotent writes, unique keys), and
 #                                         # SHAPE-ORDERING-BACKEND with SHAPE = spread | hot (one key),
 #                                         # ORDERING = serialize | none (benches/ordering.sh uses these),
+#                                         # logged-passthrough / logged-fenced (the first backend's
+#                                         # passthrough and fenced writes with the default logging:
+#                                         # info, a JSON access line per request, to a file),
 #                                         # baseline (passthrough through the build BASELINE_BIN names,
 #                                         # for an A/B of two builds in one run),
 #                                         # passthrough-tls-listener / nginx-tls-listener (TLS from
@@ -209,6 +212,27 @@ case " $PATHS " in
     for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$baseline_port") 2>/dev/null && break; sleep 0.1; done
     sleep 0.2
     kill -0 "$baseline_pid" 2>/dev/null || { echo "fenced-writes.sh: the baseline gateway did not start" >&2; exit 1; }
+    ;;
+esac
+
+# The access log's cost: the first backend's gateway again, logging as it does by default (info,
+# one JSON access line per request, written to a file as a log shipper would read stderr).
+case " $PATHS " in
+  *" logged-"*)
+    logged_port=$next_port
+    next_port=$((next_port + 1))
+    mkdir -p "$work/logged"
+    sed -e "s|^listen = .*|listen = \"127.0.0.1:$logged_port\"|" \
+        -e "s|^state_dir = .*|state_dir = \"$work/logged\"|" \
+        -e "s|$work/fencegate.db|$work/logged/fencegate.db|" \
+        "$work/$first_backend.toml" > "$work/logged.toml"
+    RUST_LOG=info "$FENCEGATE_BIN" serve --config "$work/logged.toml" --log-format json \
+      2>"$work/logged/stderr.jsonl" &
+    gateway_pids+=($!)
+    logged_pid=$!
+    for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$logged_port") 2>/dev/null && break; sleep 0.1; done
+    sleep 0.2
+    kill -0 "$logged_pid" 2>/dev/null || { echo "fenced-writes.sh: the logged gateway did not start" >&2; exit 1; }
     ;;
 esac
 
@@ -473,6 +497,12 @@ for round in $(seq 1 "$ROUNDS"); do
       passthrough)
         CPU_PIDS=${gateway_pid[$first_backend]}
         line=$(run "http://127.0.0.1:${port[$first_backend]}/plain/1" "$work/plain.lua") ;;
+      logged-passthrough)
+        CPU_PIDS=$logged_pid
+        line=$(run "http://127.0.0.1:$logged_port/plain/1" "$work/plain.lua") ;;
+      logged-fenced)
+        CPU_PIDS=$logged_pid
+        line=$(run "http://127.0.0.1:$logged_port/invoices/1" "$work/advance.lua") ;;
       baseline)
         CPU_PIDS=$baseline_pid
         line=$(run "http://127.0.0.1:$baseline_port/plain/1" "$work/plain.lua") ;;
@@ -518,5 +548,7 @@ for path in $paths; do
   ratio=$(awk -v a="$rps" -v b="$base" 'BEGIN {if (b > 0) printf "%.2f", a / b; else printf "-"}')
   echo "| $path | $rps | $ratio | $p50 | $p99 | $bad | ${cpu:--} |"
   # Machine-readable medians for benches/run.sh.
-  [ -n "${RESULTS:-}" ] && echo "$path ${rps:-0} ${p50:--} ${p99:--} $bad ${cpu:--}" >>"$RESULTS"
+  if [ -n "${RESULTS:-}" ]; then
+    echo "$path ${rps:-0} ${p50:--} ${p99:--} $bad ${cpu:--}" >>"$RESULTS"
+  fi
 done

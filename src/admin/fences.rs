@@ -24,6 +24,7 @@ pub(super) async fn read(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RaiseFence {
+    #[serde(deserialize_with = "super::whole_number::u64_field")]
     fence: u64,
 }
 

@@ -89,7 +89,7 @@ pub(super) async fn get(
 struct ResolveBody {
     #[serde(default)]
     release: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::whole_number::optional_u16_field")]
     status: Option<u16>,
     #[serde(default)]
     headers: BTreeMap<String, String>,

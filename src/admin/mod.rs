@@ -7,6 +7,7 @@ mod error;
 mod fences;
 mod intents;
 mod routes;
+mod whole_number;
 
 pub use error::AdminError;
 

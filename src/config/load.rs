@@ -403,6 +403,22 @@ fn line_of(text: &str, offset: usize) -> usize {
         .map_or(0, |head| head.lines().count().max(1))
 }
 
+/// A collector's OTLP/HTTP base URL: `http://host:port`, optionally with a path.
+fn check_otlp_endpoint(endpoint: &str) -> Result<(), String> {
+    let uri: http::Uri = endpoint
+        .parse()
+        .map_err(|e| format!("{endpoint:?} is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") if uri.authority().is_some() => Ok(()),
+        Some("https") => Err(format!(
+            "{endpoint:?}: spans are exported over plain HTTP only; point it at a collector or agent on a trusted network (http://host:4318)"
+        )),
+        _ => Err(format!(
+            "{endpoint:?}: give the collector's OTLP/HTTP address, such as http://127.0.0.1:4318"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,21 +531,5 @@ compare = "monotonic"
         let text = GOOD.replace("timeout = \"30s\"", "timeout = \"soon\"");
         let message = parse(&text).unwrap_err().to_string();
         assert!(message.contains("timeout"), "{message}");
-    }
-}
-
-/// A collector's OTLP/HTTP base URL: `http://host:port`, optionally with a path.
-fn check_otlp_endpoint(endpoint: &str) -> Result<(), String> {
-    let uri: http::Uri = endpoint
-        .parse()
-        .map_err(|e| format!("{endpoint:?} is not a URL: {e}"))?;
-    match uri.scheme_str() {
-        Some("http") if uri.authority().is_some() => Ok(()),
-        Some("https") => Err(format!(
-            "{endpoint:?}: spans are exported over plain HTTP only; point it at a collector or agent on a trusted network (http://host:4318)"
-        )),
-        _ => Err(format!(
-            "{endpoint:?}: give the collector's OTLP/HTTP address, such as http://127.0.0.1:4318"
-        )),
     }
 }

@@ -14,7 +14,8 @@ where
     let whole = number.as_u64().or_else(|| {
         number
             .as_f64()
-            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= u64::MAX as f64)
+            // `u64::MAX as f64` is 2^64, one past the range: below it, strictly.
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < u64::MAX as f64)
             // In range and whole by the filter.
             .map(|f| f as u64)
     });
@@ -59,6 +60,8 @@ mod tests {
             r#"{"fence": 1, "status": 70000}"#,
             r#"{"fence": "7"}"#,
             r#"{"fence": 1e300}"#,
+            r#"{"fence": 18446744073709551616}"#,
+            r#"{"fence": 18446744073709551616.0}"#,
         ] {
             assert!(serde_json::from_str::<Body>(refused).is_err(), "{refused}");
         }

@@ -412,9 +412,8 @@ impl RequestError {
                 "refused: fencing token too far ahead"
             ),
             other => match other.kind().spec().level {
-                Level::Debug | Level::Info => {
-                    tracing::debug!(error = %self, %request_id, "refused")
-                }
+                Level::Debug => tracing::debug!(error = %self, %request_id, "refused"),
+                Level::Info => tracing::info!(error = %self, %request_id, "refused"),
                 Level::Warn => tracing::warn!(error = %self, %request_id, "request failed"),
                 Level::Error => tracing::error!(error = %self, %request_id, "internal error"),
             },

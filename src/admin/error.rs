@@ -23,6 +23,8 @@ pub enum AdminError {
     #[error("{0}")]
     InvalidBody(String),
     #[error("{0}")]
+    InvalidKey(String),
+    #[error("{0}")]
     InvalidConfig(String),
     #[error("intent {key}: no such intent")]
     NoIntent { key: String },
@@ -46,6 +48,7 @@ impl AdminError {
             AdminError::MarkNotLowered { .. } => ErrorKind::MarkNotLowered,
             AdminError::InvalidQuery(_) => ErrorKind::InvalidQuery,
             AdminError::InvalidBody(_) => ErrorKind::InvalidBody,
+            AdminError::InvalidKey(_) => ErrorKind::InvalidKey,
             AdminError::InvalidConfig(_) => ErrorKind::InvalidConfig,
             AdminError::NoIntent { .. } => ErrorKind::NoIntent,
             AdminError::IntentNotSubmitting { .. } => ErrorKind::IntentNotSubmitting,

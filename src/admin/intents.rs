@@ -4,14 +4,14 @@
 use std::collections::BTreeMap;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{json_body, store_call, AdminError, AdminState};
+use super::{json_body, store_call, AdminError, AdminState, Key, MAX_INTENT_KEY};
 use crate::idempotency::{now_ms, reconcile};
 use crate::store::{IntentState, Resolution};
 
@@ -72,7 +72,7 @@ pub(super) async fn list(
 /// One intent, in any state.
 pub(super) async fn get(
     State(state): State<AdminState>,
-    Path(key): Path<String>,
+    Key(key): Key<MAX_INTENT_KEY>,
 ) -> Result<Response, AdminError> {
     let Some(intents) = &state.intents else {
         return Err(AdminError::NoIntent { key });
@@ -92,24 +92,33 @@ struct ResolveBody {
     #[serde(default, deserialize_with = "super::whole_number::optional_u16_field")]
     status: Option<u16>,
     #[serde(default)]
-    headers: BTreeMap<String, String>,
+    headers: Option<BTreeMap<String, String>>,
     #[serde(default)]
-    body: String,
+    body: Option<String>,
 }
 
 /// Records the provider's outcome of a SUBMITTING intent (replayed to repeats), or releases it
 /// so that the next attempt submits again with the same idempotency key.
 pub(super) async fn resolve(
     State(state): State<AdminState>,
-    Path(key): Path<String>,
+    Key(key): Key<MAX_INTENT_KEY>,
     body: Bytes,
 ) -> Result<Response, AdminError> {
     let request: ResolveBody = json_body(&body)?;
     let (resolution, named) = match (request.release, request.status) {
+        (true, None) if request.headers.is_some() || request.body.is_some() => {
+            return Err(AdminError::InvalidBody(
+                "release: true takes no headers or body: it records no outcome".into(),
+            ))
+        }
         (true, None) => (Resolution::Release, "released"),
         (false, Some(status)) => {
-            let outcome = reconcile::outcome(status, request.headers, request.body.into_bytes())
-                .map_err(AdminError::InvalidBody)?;
+            let outcome = reconcile::outcome(
+                status,
+                request.headers.unwrap_or_default(),
+                request.body.unwrap_or_default().into_bytes(),
+            )
+            .map_err(AdminError::InvalidBody)?;
             (Resolution::Outcome(outcome), "outcome")
         }
         (true, Some(_)) => {

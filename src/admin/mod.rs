@@ -180,6 +180,37 @@ async fn reload(State(state): State<AdminState>) -> Result<Response, AdminError>
     .into_response())
 }
 
+/// A `{key}` path segment, percent-decoded: one that does not decode to UTF-8, or is longer than
+/// `MAX` characters (as the OpenAPI document's `maxLength` counts), is answered with a problem document (`invalid-key`), not axum's plain text.
+pub(crate) struct Key<const MAX: usize>(pub String);
+
+/// Longest fence key: the data plane's own bound on resource keys (in bytes; a longer key never
+/// has a mark).
+pub(crate) const MAX_FENCE_KEY: usize = crate::route::MAX_RESOURCE_KEY_LEN;
+/// Longest intent key: the route's name, `/`, and the key sent to the provider.
+pub(crate) const MAX_INTENT_KEY: usize = 1024;
+
+impl<S: Send + Sync, const MAX: usize> axum::extract::FromRequestParts<S> for Key<MAX> {
+    type Rejection = AdminError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(key) =
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map_err(|e| AdminError::InvalidKey(e.body_text()))?;
+        let length = key.chars().count();
+        if length > MAX {
+            return Err(AdminError::InvalidKey(format!(
+                "the key is {length} characters long; at most {MAX} are taken"
+            )));
+        }
+        Ok(Key(key))
+    }
+}
+
 /// A JSON request body, or a problem document saying what is wrong with it.
 fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, AdminError> {
     serde_json::from_slice(body).map_err(|e| AdminError::InvalidBody(format!("JSON body: {e}")))

@@ -4,6 +4,9 @@
 
 use serde::{Deserialize, Deserializer};
 
+/// The largest float below which every whole number has an exact representation: 2^53.
+const MAX_EXACT_FLOAT: f64 = 9_007_199_254_740_992.0;
+
 /// A whole number that fits `T`, written as an integer or as a float without a fraction.
 fn whole<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
@@ -14,8 +17,9 @@ where
     let whole = number.as_u64().or_else(|| {
         number
             .as_f64()
-            // `u64::MAX as f64` is 2^64, one past the range: below it, strictly.
-            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < u64::MAX as f64)
+            // Up to 2^53 a float holds every whole number exactly; above it, `9007199254740993.0`
+            // is already another number once parsed, so such floats are refused.
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= MAX_EXACT_FLOAT)
             // In range and whole by the filter.
             .map(|f| f as u64)
     });
@@ -62,6 +66,7 @@ mod tests {
             r#"{"fence": 1e300}"#,
             r#"{"fence": 18446744073709551616}"#,
             r#"{"fence": 18446744073709551616.0}"#,
+            r#"{"fence": 9007199254740993.0}"#,
         ] {
             assert!(serde_json::from_str::<Body>(refused).is_err(), "{refused}");
         }

@@ -356,7 +356,12 @@ fn replay(outcome: StoredOutcome) -> Response<ProxyBody> {
     };
     let mut response = Response::new(full_body(body));
     *response.status_mut() = status;
-    for (name, value) in &outcome.headers {
+    // Framing headers are never recorded now; a record written before that still has them.
+    let replayable = outcome
+        .headers
+        .iter()
+        .filter(|(name, _)| crate::route::is_replayable_header(&name.to_ascii_lowercase()));
+    for (name, value) in replayable {
         if let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_str(value),
@@ -368,4 +373,28 @@ fn replay(outcome: StoredOutcome) -> Response<ProxyBody> {
         .headers_mut()
         .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replay_frames_its_own_body_whatever_the_record_holds() {
+        // A record written before framing headers were refused: they are not replayed.
+        let response = replay(StoredOutcome {
+            status: 201,
+            headers: vec![
+                ("content-type".to_owned(), "text/plain".to_owned()),
+                ("Content-Length".to_owned(), "999".to_owned()),
+                ("transfer-encoding".to_owned(), "chunked".to_owned()),
+            ],
+            body: b"hello".to_vec(),
+            body_complete: true,
+        });
+        assert_eq!(response.status(), StatusCode::CREATED);
+        assert_eq!(response.headers()["content-type"], "text/plain");
+        assert!(!response.headers().contains_key("content-length"));
+        assert!(!response.headers().contains_key("transfer-encoding"));
+    }
 }

@@ -47,6 +47,11 @@ pub fn outcome(
             let name = name.trim().to_ascii_lowercase();
             http::HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| format!("header {name:?}: not a valid header name"))?;
+            if !crate::route::is_replayable_header(&name) {
+                return Err(format!(
+                    "header {name}: it framed the provider's message, not its answer; the replay sets its own"
+                ));
+            }
             let value = value.trim().to_owned();
             http::HeaderValue::from_str(&value)
                 .map_err(|_| format!("header {name}: {value:?} is not a valid value"))?;

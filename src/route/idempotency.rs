@@ -35,6 +35,25 @@ pub struct SettingsError {
     pub message: String,
 }
 
+/// Headers that describe how the original message was framed or carried (its length, its
+/// transfer coding, its connection), never what the provider answered: a replayed outcome has
+/// its own framing, so they are neither stored nor recorded by an operator nor replayed.
+const FRAMING_HEADERS: [&str; 8] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// Whether a header of a recorded outcome may be replayed (`name` in lowercase).
+pub fn is_replayable_header(name: &str) -> bool {
+    !FRAMING_HEADERS.contains(&name)
+}
+
 impl IdempotencySettings {
     pub fn compile(
         config: &IdempotencyConfig,
@@ -93,12 +112,19 @@ impl IdempotencySettings {
             .stored_headers
             .iter()
             .map(|h| {
-                HeaderName::from_bytes(h.as_bytes()).map_err(|_| {
+                let name = HeaderName::from_bytes(h.as_bytes()).map_err(|_| {
                     error(
                         "idempotency.stored_headers",
                         format!("{h:?} is not a header name"),
                     )
-                })
+                })?;
+                if !is_replayable_header(name.as_str()) {
+                    return Err(error(
+                        "idempotency.stored_headers",
+                        format!("{h:?} frames the message it came with; a replay sets its own"),
+                    ));
+                }
+                Ok(name)
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(IdempotencySettings {

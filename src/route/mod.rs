@@ -14,7 +14,7 @@ mod upstream_headers;
 
 pub use canonical::{canonicalize, CanonicalPath, PathRefusal, MAX_CAPTURE_LEN};
 pub use fold::same_ignoring_case;
-pub use idempotency::{IdempotencySettings, SettingsError, TEMPLATE_EXTRAS};
+pub use idempotency::{is_replayable_header, IdempotencySettings, SettingsError, TEMPLATE_EXTRAS};
 pub use method::{
     check_method_override, check_method_spelling, FencedMethods, MethodRefusal, UNFENCED_METHODS,
 };

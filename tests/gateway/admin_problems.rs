@@ -68,6 +68,34 @@ async fn every_admin_failure_is_a_problem_document() {
             &format!("PUT /admin/fences/k {body}"),
         );
     }
+    // A key that does not decode to UTF-8, or longer than any resource key, is a problem
+    // document too, not axum's plain-text rejection.
+    let long_key = "k".repeat(513);
+    for (method, path) in [
+        ("GET", "/admin/fences/%FF".to_owned()),
+        ("PUT", "/admin/fences/%C3%28".to_owned()),
+        ("GET", "/admin/intents/%FF".to_owned()),
+        ("POST", "/admin/intents/%C3%28/resolve".to_owned()),
+        ("GET", format!("/admin/fences/{long_key}")),
+        ("GET", format!("/admin/intents/{}", "k".repeat(1025))),
+    ] {
+        let reply = admin.call(method, &path, r#"{"fence": 1}"#).await;
+        assert_problem(
+            &reply,
+            400,
+            "invalid-key",
+            &format!("{method} {}", &path[..path.len().min(40)]),
+        );
+    }
+    let longest = admin
+        .call(
+            "PUT",
+            &format!("/admin/fences/{}", "k".repeat(512)),
+            r#"{"fence": 1}"#,
+        )
+        .await;
+    assert_eq!(longest.status, 200, "a 512-character key is a resource key");
+
     let unread = admin.get("/admin/fences/k").await;
     assert_problem(&unread, 404, "no-mark", "a refused body raised no mark");
     assert_eq!(unread.json()["key"], "k");

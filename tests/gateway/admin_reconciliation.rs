@@ -271,6 +271,12 @@ async fn unknown_keys_and_malformed_resolutions_are_problems(store: Option<Strin
         r#"{"status": "201"}"#,
         "not JSON",
         "",
+        // A recorded framing header would frame the replay wrongly: a 5-byte body sent as 999.
+        r#"{"status": 201, "headers": {"content-length": "999"}, "body": "hello"}"#,
+        r#"{"status": 201, "headers": {"Transfer-Encoding": "chunked"}, "body": "hello"}"#,
+        // A release records nothing: a body or headers with it are a mistake.
+        r#"{"release": true, "body": "ignored"}"#,
+        r#"{"release": true, "headers": {"x-a": "b"}}"#,
     ];
     for body in malformed {
         let refused = s.admin.resolve(key, body).await;

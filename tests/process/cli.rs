@@ -519,3 +519,31 @@ fn migration_names() -> Vec<String> {
     assert!(!names.is_empty(), "no migrations under {dir}");
     names
 }
+
+#[test]
+fn check_config_refuses_framing_headers_among_stored_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stored.toml");
+    for (stored, refused) in [
+        ("[\"content-type\", \"content-length\"]", true),
+        ("[\"Transfer-Encoding\"]", true),
+        ("[\"content-type\", \"location\"]", false),
+    ] {
+        std::fs::write(
+            &path,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:8080\"\n\n[[routes]]\nname = \"payouts\"\npath = \"/payouts/{{id}}\"\nupstream = \"http://127.0.0.1:9\"\nresource_key = \"payout:{{id}}\"\n\n[routes.idempotency]\nkey = \"payout:{{id}}\"\nstored_headers = {stored}\n"
+            ),
+        )
+        .unwrap();
+        let output = fencegate(&["check-config", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(!output.status.success(), refused, "{stored}: {stderr}");
+        if refused {
+            assert!(
+                stderr.contains("idempotency.stored_headers") && stderr.contains("frames"),
+                "{stored}: {stderr}"
+            );
+        }
+    }
+}

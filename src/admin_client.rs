@@ -81,6 +81,20 @@ impl AdminClient {
         Ok(AdminClient { addr, token })
     }
 
+    /// The client of `admin`'s probes (`/healthz`, `/readyz`): it sends the token only when the
+    /// probes require it, so a health check needs no secret otherwise.
+    pub fn for_probes(admin: &AdminConfig) -> Result<AdminClient, AdminClientError> {
+        if admin.probes_require_token {
+            return AdminClient::new(admin);
+        }
+        let without_token = AdminConfig {
+            token: None,
+            token_env: None,
+            ..admin.clone()
+        };
+        AdminClient::new(&without_token)
+    }
+
     /// The listener's address.
     pub fn addr(&self) -> SocketAddr {
         self.addr

@@ -191,7 +191,7 @@ fn health(path: &Path, live: bool) -> ExitCode {
         let admin = config.admin.as_ref().ok_or(
             "the configuration has no [admin] section: the health endpoints live on the admin listener",
         )?;
-        let client = AdminClient::new(admin).map_err(|e| e.to_string())?;
+        let client = AdminClient::for_probes(admin).map_err(|e| e.to_string())?;
         let probe = if live { "/healthz" } else { "/readyz" };
         let answer = client.get(probe).await.map_err(|e| e.to_string())?;
         let text = answer.text();
@@ -325,7 +325,9 @@ fn serve(path: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let compiled = match Compiled::parse(&text, path) {
+    let compiled = match Compiled::parse(&text, path)
+        .and_then(|c| fencegate::config::check_environment(&c.config, path).map(|()| c))
+    {
         Ok(compiled) => compiled,
         Err(e) => {
             eprintln!("error: {e}");
@@ -343,29 +345,24 @@ fn serve(path: &Path) -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let signals = Signals::install();
-        let file = path.display();
-        // Start-up failures are printed as configuration errors are, whatever RUST_LOG keeps.
-        let mut app = match fencegate::App::build(compiled).await {
-            Ok(app) => app,
+        let mut signals = Signals::install();
+        // A start that hangs (a store that accepts but never answers, a lock held by a stuck
+        // replica) still stops on SIGTERM or ctrl-c.
+        let started = tokio::select! {
+            started = start(compiled) => started,
+            signal = signals.stop_requested() => {
+                tracing::info!("{signal} received during start-up: stopping before serving");
+                return ExitCode::SUCCESS;
+            }
+        };
+        let (mut app, listener) = match started {
+            Ok(started) => started,
             Err(e) => {
-                eprintln!("error: {file}: cannot serve: {e}");
+                // Printed as configuration errors are, whatever RUST_LOG keeps.
+                eprintln!("error: {}: cannot serve: {e}", path.display());
                 return ExitCode::FAILURE;
             }
         };
-        let listener = match app.bind().await {
-            Ok(listener) => listener,
-            Err(e) => {
-                eprintln!("error: {file}: cannot serve: server.listen: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        // A configured admin listener that cannot bind is a failed start, not a gateway without
-        // its health checks and admin API.
-        if let Err(e) = app.bind_admin().await {
-            eprintln!("error: {file}: cannot serve: admin.listen: {e}");
-            return ExitCode::FAILURE;
-        }
         app.set_config_source(path, &text);
         #[cfg(unix)]
         let (reloads, shutdown) = (
@@ -386,6 +383,22 @@ fn serve(path: &Path) -> ExitCode {
     })
 }
 
+/// Opens the store and binds both listeners: a configured admin listener that cannot bind is a
+/// failed start, not a gateway without its health checks and admin API.
+async fn start(compiled: Compiled) -> Result<(fencegate::App, tokio::net::TcpListener), String> {
+    let mut app = fencegate::App::build(compiled)
+        .await
+        .map_err(|e| e.to_string())?;
+    let listener = app
+        .bind()
+        .await
+        .map_err(|e| format!("server.listen: {e}"))?;
+    app.bind_admin()
+        .await
+        .map_err(|e| format!("admin.listen: {e}"))?;
+    Ok((app, listener))
+}
+
 /// The signals the gateway acts on, installed before anything starts: a SIGTERM or SIGHUP that
 /// arrives while the store opens or the listeners bind is then handled once serving begins,
 /// instead of taking its default action (ending the process without draining).
@@ -399,6 +412,32 @@ struct Signals {
 }
 
 impl Signals {
+    /// Resolves with the signal's name on SIGTERM or SIGINT (ctrl-c elsewhere).
+    async fn stop_requested(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            async fn received(signal: &mut Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            }
+            tokio::select! {
+                () = received(&mut self.terminate) => "SIGTERM",
+                () = received(&mut self.interrupt) => "SIGINT",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            match tokio::signal::ctrl_c().await {
+                Ok(()) => "ctrl-c",
+                Err(_) => std::future::pending::<&'static str>().await,
+            }
+        }
+    }
+
     fn install() -> Signals {
         #[cfg(unix)]
         {
@@ -475,7 +514,9 @@ fn check_config(file: Option<PathBuf>) -> ExitCode {
         eprintln!("error: name the configuration file: fencegate check-config --config FILE");
         return ExitCode::FAILURE;
     };
-    match Compiled::load(&file) {
+    let checked = Compiled::load(&file)
+        .and_then(|c| fencegate::config::check_environment(&c.config, &file).map(|()| c));
+    match checked {
         Ok(compiled) => {
             println!(
                 "{}: ok ({} routes)",

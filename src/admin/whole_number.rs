@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Deserializer};
 
-/// The largest float below which every whole number has an exact representation: 2^53.
-const MAX_EXACT_FLOAT: f64 = 9_007_199_254_740_992.0;
+/// 2^53: below it every whole number has an exact float.
+const EXACT_FLOAT_LIMIT: f64 = 9_007_199_254_740_992.0;
 
 /// A whole number that fits `T`, written as an integer or as a float without a fraction.
 fn whole<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -17,9 +17,10 @@ where
     let whole = number.as_u64().or_else(|| {
         number
             .as_f64()
-            // Up to 2^53 a float holds every whole number exactly; above it, `9007199254740993.0`
-            // is already another number once parsed, so such floats are refused.
-            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= MAX_EXACT_FLOAT)
+            // Below 2^53 a float holds every whole number exactly (and serde_json's
+            // float_roundtrip parses to it); from 2^53 on, `9007199254740993.0` is already
+            // another number once parsed, so such floats are refused.
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < EXACT_FLOAT_LIMIT)
             // In range and whole by the filter.
             .map(|f| f as u64)
     });
@@ -56,6 +57,10 @@ mod tests {
     fn whole_numbers_in_either_spelling() {
         let body: Body = serde_json::from_str(r#"{"fence": 7.0, "status": 293.0}"#).unwrap();
         assert_eq!((body.fence, body.status), (7, Some(293)));
+        let body: Body = serde_json::from_str(r#"{"fence": 2000000000000001.0}"#).unwrap();
+        assert_eq!(body.fence, 2_000_000_000_000_001);
+        let body: Body = serde_json::from_str(r#"{"fence": 8631412984417196.0}"#).unwrap();
+        assert_eq!(body.fence, 8_631_412_984_417_196);
         let body: Body = serde_json::from_str(r#"{"fence": 7}"#).unwrap();
         assert_eq!((body.fence, body.status), (7, None));
         for refused in [
@@ -67,6 +72,7 @@ mod tests {
             r#"{"fence": 18446744073709551616}"#,
             r#"{"fence": 18446744073709551616.0}"#,
             r#"{"fence": 9007199254740993.0}"#,
+            r#"{"fence": 9007199254740992.0}"#,
         ] {
             assert!(serde_json::from_str::<Body>(refused).is_err(), "{refused}");
         }

@@ -34,10 +34,28 @@ fn names_no_backend(error: &serde_path_to_error::Error<toml::de::Error>) -> bool
     error.path().to_string() == "store" && error.inner().message().contains("`backend`")
 }
 
+/// The keys of an embedded `[store]` table.
+const EMBEDDED_KEYS: [&str; 3] = ["path", "max_batch", "cache_capacity"];
+
 /// A `[store]` without `backend` is the embedded store (the default): the text is read again
 /// with `backend = "embedded"` on a line of its own after the table's header, and the lines of
 /// any error below it are counted as in the file.
 fn with_embedded_backend(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+    // A table naming another backend's settings (a `url`, `endpoints`) lacks its `backend`: say
+    // that, rather than that the embedded store takes no `url`.
+    let table: toml::Table = text.parse().unwrap_or_default();
+    if let Some(toml::Value::Table(store)) = table.get("store") {
+        if let Some(other) = store.keys().find(|k| !EMBEDDED_KEYS.contains(&k.as_str())) {
+            return Err(ConfigError::Invalid {
+                file: origin.to_owned(),
+                route: None,
+                field: "store.backend".to_owned(),
+                message: format!(
+                    "missing: [store] names `{other}`, which the embedded store (the default) does not take; write backend = \"postgres\", \"redis\" or \"etcd\""
+                ),
+            });
+        }
+    }
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
     let header = lines.iter().position(|line| {
         let line = line.split('#').next().unwrap_or_default().trim();
@@ -109,27 +127,6 @@ fn validate(config: &Config, origin: &Path) -> Result<(), ConfigError> {
             (Some(token), None) if token.len() < 16 => {
                 return Err(admin_error("token", "use at least 16 characters"))
             }
-            (None, Some(name)) => match std::env::var(name) {
-                Ok(token) if token.len() >= 16 => {}
-                Ok(token) if token.is_empty() => {
-                    return Err(admin_error(
-                        "token_env",
-                        &format!("environment variable {name} is empty: set it to the admin bearer token (at least 16 characters)"),
-                    ))
-                }
-                Ok(_) => {
-                    return Err(admin_error(
-                        "token_env",
-                        &format!("environment variable {name} holds fewer than 16 characters: use a longer admin token"),
-                    ))
-                }
-                Err(_) => {
-                    return Err(admin_error(
-                        "token_env",
-                        &format!("environment variable {name} is not set: set it to the admin bearer token (at least 16 characters), or name another variable"),
-                    ))
-                }
-            },
             _ => {}
         }
     }
@@ -363,6 +360,45 @@ fn deserialize_error_at(
         field,
         message: format!("{message}{location}{hint}"),
     }
+}
+
+/// What `check-config` and `serve` check beyond the file: the variables it names for secrets
+/// are set. The one-shot commands (`migrate`, `store adopt`, `intents`) do not need them.
+pub fn check_environment(config: &Config, origin: &Path) -> Result<(), ConfigError> {
+    let Some(admin) = &config.admin else {
+        return Ok(());
+    };
+    let admin_error = |field: &str, message: &str| ConfigError::Invalid {
+        file: origin.to_owned(),
+        route: None,
+        field: format!("admin.{field}"),
+        message: message.to_owned(),
+    };
+    match (&admin.token, &admin.token_env) {
+        (None, Some(name)) => match std::env::var(name) {
+                Ok(token) if token.len() >= 16 => {}
+                Ok(token) if token.is_empty() => {
+                    return Err(admin_error(
+                        "token_env",
+                        &format!("environment variable {name} is empty: set it to the admin bearer token (at least 16 characters)"),
+                    ))
+                }
+                Ok(_) => {
+                    return Err(admin_error(
+                        "token_env",
+                        &format!("environment variable {name} holds fewer than 16 characters: use a longer admin token"),
+                    ))
+                }
+                Err(_) => {
+                    return Err(admin_error(
+                        "token_env",
+                        &format!("environment variable {name} is not set: set it to the admin bearer token (at least 16 characters), or name another variable"),
+                    ))
+                }
+            },
+        _ => {}
+    }
+    Ok(())
 }
 
 /// What to write instead, for mistakes a message alone does not explain.

@@ -29,7 +29,7 @@ pub use fence::{
     DEFAULT_GATE_TIMEOUT, DEFAULT_RESPONSE_READ_AHEAD, DEFAULT_SIGNATURE_HEADER,
     DEFAULT_STORE_TIMEOUT,
 };
-pub use load::{load_file, parse_str};
+pub use load::{check_environment, load_file, parse_str};
 pub use route::{
     ClientKey, CollectionWrites, FormatSuffix, IdempotencyConfig, KeyFormat, PathParameters,
     RouteConfig, UnknownOutcome, DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_BODY,

@@ -27,6 +27,7 @@ use crate::proxy::{full_body, ProxyBody};
 use crate::reload::RouteSource;
 use crate::route::{CompiledRoute, RouteTable, MAX_RESOURCE_KEY_LEN, RESERVED_PREFIX};
 use crate::store::{Advance, CheckedStore};
+use crate::telemetry::{AccessNote, Verdict};
 
 /// The claim endpoint's path below the reserved prefix.
 const CLAIM_PATH: &str = "claim/";
@@ -84,12 +85,20 @@ impl Claim {
             return Err(GatewayError::MethodNotAllowed { allow: "POST" });
         }
         let key = decode_key(raw_key)?;
+        let note = request.extensions().get::<AccessNote>();
+        if let Some(note) = note {
+            note.route(CLAIM_ROUTE);
+        }
         let token = read_fence_header(request.headers(), &CLAIM_FENCE_HEADER).map_err(|error| {
             GatewayError::Token {
                 key: key.clone(),
                 error,
             }
         })?;
+        if let Some(note) = note {
+            note.key_and_token(&key, token);
+            note.verdict(Verdict::Claimed);
+        }
         let table = self.routes.current();
         verify_signature(&table, request.headers(), &key, token)?;
         if let Some(max_advance) = enforcing(&table).filter_map(|r| r.fence.max_advance).min() {

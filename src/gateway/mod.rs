@@ -23,7 +23,7 @@ use tower::{Service, ServiceBuilder};
 
 use crate::authority::Authorities;
 use crate::budget::MemoryBudget;
-use crate::error::GatewayError;
+use crate::error::{GatewayError, Origin};
 use crate::extensions::AmbiguousFraming;
 use crate::fence::{Fence, FenceLayer};
 use crate::gate::{Gate, GateLayer, Gates};
@@ -207,7 +207,13 @@ impl Service<Request<Incoming>> for Gateway {
         Box::pin(async move {
             let response = answer.await.unwrap_or_else(|e| {
                 if let Some(note) = &note {
-                    note.refused(e.error.kind().spec().slug);
+                    let slug = e.error.kind().spec().slug;
+                    // An upstream's failure came after the checks let the request through.
+                    if e.error.origin() == Origin::Upstream {
+                        note.failed(slug);
+                    } else {
+                        note.refused(slug);
+                    }
                 }
                 e.into_response(&request_id)
             });

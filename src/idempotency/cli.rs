@@ -132,7 +132,18 @@ pub async fn run_remote(client: &AdminClient, request: Request) -> Result<String
                             .map(|(n, v)| (n.trim().to_owned(), v.trim().into()))
                             .ok_or(format!("--header {h:?}: write it as `name: value`"))
                     })
-                    .collect::<Result<serde_json::Map<String, serde_json::Value>, _>>()?;
+                    .collect::<Result<Vec<(String, serde_json::Value)>, _>>()?;
+                let mut named = std::collections::HashSet::new();
+                if let Some((name, _)) = headers
+                    .iter()
+                    .find(|(name, _)| !named.insert(name.to_ascii_lowercase()))
+                {
+                    return Err(format!(
+                        "--header {name} is given twice: the admin API of the running gateway takes one value per header (join them with \", \" where the header allows, or resolve while the gateway is stopped)"
+                    ));
+                }
+                let headers: serde_json::Map<String, serde_json::Value> =
+                    headers.into_iter().collect();
                 serde_json::json!({ "status": status, "headers": headers, "body": body })
             };
             let answer = client

@@ -29,16 +29,17 @@ pub fn describe(record: &IntentRecord, now_ms: u64) -> Value {
     })
 }
 
-/// The provider's answer as an operator reports it: a status from 100 to 599, headers with
+/// The provider's answer as an operator reports it: a final status (200 to 599), headers with
 /// valid names and values (names lowercased), and the body.
 pub fn outcome(
     status: u16,
     headers: impl IntoIterator<Item = (String, String)>,
     body: Vec<u8>,
 ) -> Result<StoredOutcome, String> {
-    if !(100..=599).contains(&status) {
+    // A 1xx is never a final answer: replaying one would break every repeat of the call.
+    if !(200..=599).contains(&status) {
         return Err(format!(
-            "status {status}: give an HTTP status from 100 to 599"
+            "status {status}: give the provider's final status, from 200 to 599"
         ));
     }
     let headers = headers

@@ -31,6 +31,8 @@ pub enum Verdict {
     Observed,
     /// The store failed on a fail-open route; forwarded unchecked.
     FailedOpen,
+    /// A claim through `/_fencegate/claim/`: the mark raised before the holder's first write.
+    Claimed,
     /// Refused by the gateway (a problem document).
     Refused,
 }
@@ -43,6 +45,7 @@ impl Verdict {
             Verdict::Replayed => "replayed",
             Verdict::Observed => "observed",
             Verdict::FailedOpen => "failed_open",
+            Verdict::Claimed => "claimed",
             Verdict::Refused => "refused",
         }
     }
@@ -98,6 +101,12 @@ impl AccessNote {
         });
     }
 
+    /// The request was let through but failed past the gateway's checks (the upstream timed out,
+    /// refused, reset): the verdict stays what the checks decided, `reason` says what failed.
+    pub fn failed(&self, reason: &'static str) {
+        self.with(|n| n.reason = Some(reason));
+    }
+
     /// How long the upstream took to answer the head.
     pub fn upstream_time(&self, took: Duration) {
         self.with(|n| n.upstream = Some(took));
@@ -135,30 +144,40 @@ impl AccessLog {
     }
 }
 
-/// One request's record until its response is known: its access line and its span.
+/// One request's record until its response is known: its access line and its span. Dropped
+/// without a response (the client left, a timeout or shutdown ended the request before its
+/// head), it still writes its line, with no status.
 pub struct AccessEntry {
-    pub(super) log: Option<Arc<AccessLog>>,
-    pub(super) span: Option<RequestSpan>,
-    pub(super) note: AccessNote,
-    pub(super) method: Method,
-    pub(super) path: String,
-    pub(super) request_id: String,
-    pub(super) trace_id: Option<String>,
-    pub(super) started: Instant,
+    parts: Option<EntryParts>,
+}
+
+pub(super) struct EntryParts {
+    pub log: Option<Arc<AccessLog>>,
+    pub span: Option<RequestSpan>,
+    pub note: AccessNote,
+    pub method: Method,
+    pub path: String,
+    pub request_id: String,
+    pub trace_id: Option<String>,
+    pub started: Instant,
 }
 
 impl AccessEntry {
+    pub(super) fn new(parts: EntryParts) -> AccessEntry {
+        AccessEntry { parts: Some(parts) }
+    }
+
     /// Wraps the response's body so that the line is written (and the span ended) when the body
     /// ends or is dropped, with the bytes sent.
-    pub fn finish(self, response: http::Response<ProxyBody>) -> http::Response<ProxyBody> {
-        let status = response.status().as_u16();
+    pub fn finish(mut self, response: http::Response<ProxyBody>) -> http::Response<ProxyBody> {
+        let Some(entry) = self.parts.take() else {
+            return response;
+        };
+        let status = Some(response.status().as_u16());
         response.map(|body| {
             AccessBody {
                 inner: body,
-                line: Some(Line {
-                    entry: self,
-                    status,
-                }),
+                line: Some(Line { entry, status }),
                 bytes: 0,
             }
             .boxed()
@@ -166,9 +185,22 @@ impl AccessEntry {
     }
 }
 
+impl Drop for AccessEntry {
+    fn drop(&mut self) {
+        if let Some(entry) = self.parts.take() {
+            Line {
+                entry,
+                status: None,
+            }
+            .write(0, false);
+        }
+    }
+}
+
 struct Line {
-    entry: AccessEntry,
-    status: u16,
+    entry: EntryParts,
+    /// None: the request ended before a response head.
+    status: Option<u16>,
 }
 
 impl Line {
@@ -183,7 +215,7 @@ impl Line {
         } else {
             Verdict::Unfenced
         });
-        let always = verdict == Verdict::Refused || status >= 500;
+        let always = verdict == Verdict::Refused || status.is_none_or(|s| s >= 500);
         if let Some(span) = entry.span {
             span.end(
                 &entry.method,

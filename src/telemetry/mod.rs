@@ -6,6 +6,7 @@ mod access_log;
 mod otlp;
 mod trace_context;
 
+use access_log::EntryParts;
 pub use access_log::{AccessEntry, AccessLog, AccessNote, Verdict};
 pub use otlp::{ExportError, SpanExport};
 pub use trace_context::{TraceParent, TRACEPARENT};
@@ -48,7 +49,7 @@ impl Telemetry {
         };
         let note = AccessNote::default();
         request.extensions_mut().insert(note.clone());
-        Some(AccessEntry {
+        Some(AccessEntry::new(EntryParts {
             log: self.access_log.clone(),
             span,
             note,
@@ -57,6 +58,6 @@ impl Telemetry {
             request_id: request_id.to_owned(),
             trace_id,
             started: Instant::now(),
-        })
+        }))
     }
 }

@@ -148,7 +148,6 @@ impl RequestSpan {
         let mut attributes = vec![
             KeyValue::new("http.request.method", method.to_string()),
             KeyValue::new("url.path", path.to_owned()),
-            KeyValue::new("http.response.status_code", i64::from(status)),
             KeyValue::new(
                 "http.response.body.size",
                 i64::try_from(bytes).unwrap_or(i64::MAX),
@@ -170,12 +169,25 @@ impl RequestSpan {
         if let Some(reason) = reason {
             attributes.push(KeyValue::new("fencegate.refusal", reason));
         }
+        match status {
+            Some(status) => attributes.push(KeyValue::new(
+                "http.response.status_code",
+                i64::from(status),
+            )),
+            None => attributes.push(KeyValue::new("fencegate.abandoned", true)),
+        }
         self.span.set_attributes(attributes);
-        if status >= 500 {
-            self.span
-                .set_status(opentelemetry::trace::Status::error(format!(
-                    "status {status}"
-                )));
+        match status {
+            Some(status) if status >= 500 => {
+                self.span
+                    .set_status(opentelemetry::trace::Status::error(format!(
+                        "status {status}"
+                    )))
+            }
+            None => self.span.set_status(opentelemetry::trace::Status::error(
+                "the request ended before a response",
+            )),
+            _ => {}
         }
         self.span.end();
     }
@@ -189,7 +201,8 @@ pub(super) struct SpanFields<'a> {
     pub token: Option<u64>,
     pub verdict: &'static str,
     pub reason: Option<&'static str>,
-    pub status: u16,
+    /// None: the request ended before a response head.
+    pub status: Option<u16>,
     pub bytes: u64,
 }
 

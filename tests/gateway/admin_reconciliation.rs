@@ -264,6 +264,8 @@ async fn unknown_keys_and_malformed_resolutions_are_problems(store: Option<Strin
         "{}",
         r#"{"release": false}"#,
         r#"{"status": 99}"#,
+        // A 1xx is never final: replayed, it would break every repeat.
+        r#"{"status": 103}"#,
         r#"{"status": 600}"#,
         r#"{"status": 200, "release": true}"#,
         r#"{"status": 201, "headers": {"bad name": "x"}}"#,

@@ -547,3 +547,40 @@ fn check_config_refuses_framing_headers_among_stored_headers() {
         }
     }
 }
+
+#[test]
+fn one_shot_commands_need_no_admin_token_and_a_store_url_asks_for_its_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("admin.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:8080\"\nstate_dir = \"{dir}\"\n[store]\npath = \"{dir}/f.db\"\n[admin]\nlisten = \"127.0.0.1:9\"\ntoken_env = \"FENCEGATE_TEST_UNSET_ADMIN_TOKEN\"\n",
+            dir = dir.path().display()
+        ),
+    )
+    .unwrap();
+    // `intents list` reads the store; the admin token is for serving.
+    let listed = fencegate(&["intents", "list", "--config", path.to_str().unwrap()]);
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let checked = fencegate(&["check-config", path.to_str().unwrap()]);
+    assert!(!checked.status.success(), "check-config still checks it");
+
+    let url = dir.path().join("url.toml");
+    std::fs::write(
+        &url,
+        "[server]\nlisten = \"127.0.0.1:8080\"\n[store]\nurl = \"postgres://db/app\"\n",
+    )
+    .unwrap();
+    let output = fencegate(&["check-config", url.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("store.backend") && stderr.contains("`url`") && stderr.contains("postgres"),
+        "{stderr}"
+    );
+}

@@ -16,7 +16,7 @@ use prost::Message as _;
 
 use crate::support::gateway::fenced_route;
 use crate::support::process::{stderr_path, Launch};
-use crate::support::{send, Behavior, RecordingUpstream};
+use crate::support::{send, Behavior, RecordingUpstream, DELAY_HEADER};
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
@@ -97,6 +97,74 @@ async fn the_access_log_has_one_line_per_request_with_what_the_gateway_decided()
     assert_eq!(r["verdict"], "unfenced");
     assert_eq!(r["status"], 200);
     assert!(r.get("key").is_none(), "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn claims_upstream_failures_and_abandoned_requests_have_their_lines() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The route's upstream timeout is 2 s.
+    let routes = fenced_route("docs", &upstream.url(), "enforce", "monotonic");
+    let process = Launch::new()
+        .logging("info", &["--log-format", "json"])
+        .start(dir.path(), &routes);
+    let claim = send(
+        "POST",
+        &process.url("/_fencegate/claim/docs:4"),
+        &[("x-fence", "9")],
+        "",
+    )
+    .await;
+    assert_eq!(claim.status, 200, "{claim:?}");
+    // Admitted, then the upstream does not answer within the route's timeout.
+    let timed_out = send(
+        "PUT",
+        &process.url("/docs/5"),
+        &[("x-fence", "1"), (DELAY_HEADER, "3000")],
+        "x",
+    )
+    .await;
+    assert_eq!(timed_out.status, 504, "{timed_out:?}");
+    // The client leaves before the answer: the request ends without a response head.
+    let left = tokio::time::timeout(
+        Duration::from_millis(500),
+        send(
+            "PUT",
+            &process.url("/docs/6"),
+            &[("x-fence", "1"), (DELAY_HEADER, "1500")],
+            "x",
+        ),
+    )
+    .await;
+    assert!(left.is_err(), "the client was meant to give up first");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let log = stop(process, dir.path()).await;
+    let lines = access_lines(&log);
+    let line = |key: &str| {
+        lines
+            .iter()
+            .find(|l| l["key"] == key)
+            .unwrap_or_else(|| panic!("no access line for {key}:\n{log}"))
+            .clone()
+    };
+    let claimed = line("docs:4");
+    assert_eq!(claimed["verdict"], "claimed");
+    assert_eq!(claimed["token"], 9);
+    assert_eq!(claimed["route"], "_claim");
+    let failed = line("docs:5");
+    assert_eq!(
+        failed["verdict"], "admitted",
+        "the fence let it through: {failed}"
+    );
+    assert_eq!(failed["reason"], "upstream-timeout");
+    assert_eq!(failed["status"], 504);
+    let abandoned = line("docs:6");
+    assert_eq!(abandoned["verdict"], "admitted");
+    assert!(
+        abandoned.get("status").is_none(),
+        "no response head: {abandoned}"
+    );
+    assert_eq!(abandoned["complete"], false);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -365,40 +365,32 @@ fn deserialize_error_at(
 /// What `check-config` and `serve` check beyond the file: the variables it names for secrets
 /// are set. The one-shot commands (`migrate`, `store adopt`, `intents`) do not need them.
 pub fn check_environment(config: &Config, origin: &Path) -> Result<(), ConfigError> {
-    let Some(admin) = &config.admin else {
+    let Some(name) = config
+        .admin
+        .as_ref()
+        .filter(|admin| admin.token.is_none())
+        .and_then(|admin| admin.token_env.as_ref())
+    else {
         return Ok(());
     };
-    let admin_error = |field: &str, message: &str| ConfigError::Invalid {
+    let problem = match std::env::var(name) {
+        Ok(token) if token.len() >= 16 => return Ok(()),
+        Ok(token) if token.is_empty() => format!(
+            "environment variable {name} is empty: set it to the admin bearer token (at least 16 characters)"
+        ),
+        Ok(_) => format!(
+            "environment variable {name} holds fewer than 16 characters: use a longer admin token"
+        ),
+        Err(_) => format!(
+            "environment variable {name} is not set: set it to the admin bearer token (at least 16 characters), or name another variable"
+        ),
+    };
+    Err(ConfigError::Invalid {
         file: origin.to_owned(),
         route: None,
-        field: format!("admin.{field}"),
-        message: message.to_owned(),
-    };
-    match (&admin.token, &admin.token_env) {
-        (None, Some(name)) => match std::env::var(name) {
-                Ok(token) if token.len() >= 16 => {}
-                Ok(token) if token.is_empty() => {
-                    return Err(admin_error(
-                        "token_env",
-                        &format!("environment variable {name} is empty: set it to the admin bearer token (at least 16 characters)"),
-                    ))
-                }
-                Ok(_) => {
-                    return Err(admin_error(
-                        "token_env",
-                        &format!("environment variable {name} holds fewer than 16 characters: use a longer admin token"),
-                    ))
-                }
-                Err(_) => {
-                    return Err(admin_error(
-                        "token_env",
-                        &format!("environment variable {name} is not set: set it to the admin bearer token (at least 16 characters), or name another variable"),
-                    ))
-                }
-            },
-        _ => {}
-    }
-    Ok(())
+        field: "admin.token_env".to_owned(),
+        message: problem,
+    })
 }
 
 /// What to write instead, for mistakes a message alone does not explain.

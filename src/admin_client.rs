@@ -68,16 +68,9 @@ impl AdminClient {
                 IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
             });
         }
-        let token = match (&admin.token, &admin.token_env) {
-            (Some(token), _) => Some(token.clone()),
-            (None, Some(name)) => Some(
-                std::env::var(name)
-                    .ok()
-                    .filter(|t| !t.is_empty())
-                    .ok_or_else(|| AdminClientError::NoToken(name.clone()))?,
-            ),
-            (None, None) => None,
-        };
+        let token = admin
+            .bearer_token()
+            .map_err(|name| AdminClientError::NoToken(name.to_owned()))?;
         Ok(AdminClient { addr, token })
     }
 

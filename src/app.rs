@@ -434,14 +434,10 @@ impl App {
 
 /// The admin API's bearer token, from the file or the environment.
 fn admin_token(admin: &crate::config::AdminConfig) -> Result<String, StartError> {
-    match (&admin.token, &admin.token_env) {
-        (Some(token), _) => Ok(token.clone()),
-        (None, Some(name)) => std::env::var(name)
-            .ok()
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| StartError::Admin(format!("environment variable {name} is not set"))),
-        (None, None) => Err(StartError::Admin("no token configured".to_owned())),
-    }
+    admin
+        .bearer_token()
+        .map_err(|name| StartError::Admin(format!("environment variable {name} is not set")))?
+        .ok_or_else(|| StartError::Admin("no token configured".to_owned()))
 }
 
 /// Re-checks the store's identity every `interval` (owned by `App::serve`, aborted on shutdown).

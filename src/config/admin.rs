@@ -30,6 +30,22 @@ pub struct AdminConfig {
     pub tls: Option<super::ListenerTlsConfig>,
 }
 
+impl AdminConfig {
+    /// The bearer token: the file's, or the value of the variable it names (read now). `Err`
+    /// names a variable that is unset or empty; `Ok(None)`: no token configured.
+    pub fn bearer_token(&self) -> Result<Option<String>, &str> {
+        match (&self.token, &self.token_env) {
+            (Some(token), _) => Ok(Some(token.clone())),
+            (None, Some(name)) => std::env::var(name)
+                .ok()
+                .filter(|t| !t.is_empty())
+                .map(Some)
+                .ok_or(name.as_str()),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
 fn default_admin_max_connections() -> usize {
     DEFAULT_ADMIN_MAX_CONNECTIONS
 }

@@ -38,12 +38,9 @@ pub async fn run(intents: &dyn IntentStore, request: Request) -> Result<String, 
                 .list_submitting(before, limit)
                 .await
                 .map_err(|e| e.to_string())?;
-            let mut text = String::new();
-            for record in &records {
-                text.push_str(&reconcile::describe(record, now_ms()).to_string());
-                text.push('\n');
-            }
-            Ok(text)
+            Ok(json_lines(
+                records.iter().map(|r| reconcile::describe(r, now_ms())),
+            ))
         }
         Request::Resolve {
             key,
@@ -56,14 +53,7 @@ pub async fn run(intents: &dyn IntentStore, request: Request) -> Result<String, 
                 Resolution::Release
             } else {
                 let status = status.ok_or("give --status or --release")?;
-                let headers = headers
-                    .iter()
-                    .map(|h| {
-                        h.split_once(':')
-                            .map(|(n, v)| (n.to_owned(), v.to_owned()))
-                            .ok_or(format!("--header {h:?}: write it as `name: value`"))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
+                let headers = parse_headers(&headers)?;
                 Resolution::Outcome(reconcile::outcome(status, headers, body.into_bytes())?)
             };
             let done = intents
@@ -107,12 +97,9 @@ pub async fn run_remote(client: &AdminClient, request: Request) -> Result<String
             }
             let listed: serde_json::Value =
                 serde_json::from_slice(&answer.body).map_err(|e| format!("admin API: {e}"))?;
-            let mut text = String::new();
-            for intent in listed["intents"].as_array().into_iter().flatten() {
-                text.push_str(&intent.to_string());
-                text.push('\n');
-            }
-            Ok(text)
+            Ok(json_lines(
+                listed["intents"].as_array().into_iter().flatten().cloned(),
+            ))
         }
         Request::Resolve {
             key,
@@ -125,14 +112,7 @@ pub async fn run_remote(client: &AdminClient, request: Request) -> Result<String
                 serde_json::json!({ "release": true })
             } else {
                 let status = status.ok_or("give --status or --release")?;
-                let headers = headers
-                    .iter()
-                    .map(|h| {
-                        h.split_once(':')
-                            .map(|(n, v)| (n.trim().to_owned(), v.trim().into()))
-                            .ok_or(format!("--header {h:?}: write it as `name: value`"))
-                    })
-                    .collect::<Result<Vec<(String, serde_json::Value)>, _>>()?;
+                let headers = parse_headers(&headers)?;
                 let mut named = std::collections::HashSet::new();
                 if let Some((name, _)) = headers
                     .iter()
@@ -142,8 +122,10 @@ pub async fn run_remote(client: &AdminClient, request: Request) -> Result<String
                         "--header {name} is given twice: the admin API of the running gateway takes one value per header (join them with \", \" where the header allows, or resolve while the gateway is stopped)"
                     ));
                 }
-                let headers: serde_json::Map<String, serde_json::Value> =
-                    headers.into_iter().collect();
+                let headers: serde_json::Map<String, serde_json::Value> = headers
+                    .into_iter()
+                    .map(|(name, value)| (name, value.into()))
+                    .collect();
                 serde_json::json!({ "status": status, "headers": headers, "body": body })
             };
             let answer = client
@@ -160,4 +142,21 @@ pub async fn run_remote(client: &AdminClient, request: Request) -> Result<String
             }
         }
     }
+}
+
+/// `--header "name: value"` options as (name, value) pairs, trimmed.
+fn parse_headers(headers: &[String]) -> Result<Vec<(String, String)>, String> {
+    headers
+        .iter()
+        .map(|h| {
+            h.split_once(':')
+                .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+                .ok_or(format!("--header {h:?}: write it as `name: value`"))
+        })
+        .collect()
+}
+
+/// One JSON object per line, as `intents list` prints them.
+fn json_lines(values: impl Iterator<Item = serde_json::Value>) -> String {
+    values.map(|value| format!("{value}\n")).collect()
 }

@@ -8,8 +8,7 @@ use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt as _;
 
-use super::network_store::Backend;
-use super::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
+use super::network_store::{fresh_namespace, remove_namespace, Backend};
 
 /// Runs `test` with a fresh namespace of `backend`, then removes it, even when `test` panics.
 /// Fails (never skips) when the server cannot be reached.
@@ -18,31 +17,10 @@ where
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = T>,
 {
-    let namespace = match backend {
-        Backend::Postgres => {
-            if let Err(e) =
-                <sqlx::PgConnection as sqlx::Connection>::connect(TEST_POSTGRES_URL).await
-            {
-                panic!("this test needs PostgreSQL at {TEST_POSTGRES_URL}: {e}");
-            }
-            unique_schema()
-        }
-        Backend::Redis => {
-            drop(super::redis::direct().await);
-            super::redis::unique_prefix()
-        }
-        Backend::Etcd => {
-            super::etcd::call("/v3/kv/range", serde_json::json!({"key": "cHJvYmU="})).await;
-            super::etcd::unique_prefix()
-        }
-    };
+    let namespace = fresh_namespace(backend).await;
     let outcome = AssertUnwindSafe(test(namespace.clone()))
         .catch_unwind()
         .await;
-    match backend {
-        Backend::Postgres => drop_schema(&namespace).await,
-        Backend::Redis => super::redis::delete_keys(&namespace).await,
-        Backend::Etcd => super::etcd::delete_keys(&namespace).await,
-    }
+    remove_namespace(backend, &namespace).await;
     outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }

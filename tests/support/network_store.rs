@@ -42,15 +42,10 @@ impl Backend {
     }
 }
 
-/// Runs `test` with a fresh schema or key prefix, then removes it, even when `test` fails. Fails
-/// (never skips) when the server cannot be reached.
-pub async fn with_namespace<F, Fut, T>(backend: Backend, test: F) -> T
-where
-    F: FnOnce(String) -> Fut,
-    Fut: Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    let namespace = match backend {
+/// A schema or key prefix no other test uses, after checking the server answers (a test fails,
+/// never skips, without it).
+pub async fn fresh_namespace(backend: Backend) -> String {
+    match backend {
         Backend::Postgres => {
             if let Err(e) =
                 <sqlx::PgConnection as sqlx::Connection>::connect(TEST_POSTGRES_URL).await
@@ -67,12 +62,28 @@ where
             super::etcd::call("/v3/kv/range", serde_json::json!({"key": "cHJvYmU="})).await;
             super::etcd::unique_prefix()
         }
-    };
-    let outcome = tokio::spawn(test(namespace.clone())).await;
-    match backend {
-        Backend::Postgres => drop_schema(&namespace).await,
-        Backend::Redis => super::redis::delete_keys(&namespace).await,
-        Backend::Etcd => super::etcd::delete_keys(&namespace).await,
     }
+}
+
+/// Removes what a test wrote under `namespace`.
+pub async fn remove_namespace(backend: Backend, namespace: &str) {
+    match backend {
+        Backend::Postgres => drop_schema(namespace).await,
+        Backend::Redis => super::redis::delete_keys(namespace).await,
+        Backend::Etcd => super::etcd::delete_keys(namespace).await,
+    }
+}
+
+/// Runs `test` with a fresh schema or key prefix, then removes it, even when `test` fails. Fails
+/// (never skips) when the server cannot be reached.
+pub async fn with_namespace<F, Fut, T>(backend: Backend, test: F) -> T
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let namespace = fresh_namespace(backend).await;
+    let outcome = tokio::spawn(test(namespace.clone())).await;
+    remove_namespace(backend, &namespace).await;
     outcome.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }

@@ -114,3 +114,38 @@ async fn observe_mode_forwards_through_store_failures() {
         1
     );
 }
+
+/// A fail_open route forwards through a failing store, and the export counts each such forward
+/// (the counter was kept but never rendered).
+#[tokio::test]
+async fn fail_open_forwards_are_exported() {
+    use crate::support::admin_api::{metric, AdminApi};
+    const TOKEN: &str = "fail-open-metrics-token";
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let routes = route(&upstream, "enforce") + "on_store_error = \"fail_open\"\n";
+    let gw = TestGateway::builder(&routes)
+        .store(Arc::new(FailingStore))
+        .admin(TOKEN)
+        .start()
+        .await;
+    for id in 1..=2 {
+        let reply = send(
+            "POST",
+            &gw.url(&format!("/pay/{id}")),
+            &[("x-fence", "1")],
+            "",
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+    }
+    assert_eq!(upstream.seen().len(), 2);
+    let exposition = AdminApi::of(&gw, TOKEN).metrics().await;
+    assert_eq!(
+        metric(
+            &exposition,
+            "fencegate_fence_failed_open_total{route=\"pay\"}"
+        ),
+        Some(2.0),
+        "{exposition}"
+    );
+}

@@ -1,12 +1,15 @@
 //! Intent records in PostgreSQL (`migrations/postgres/0002_intents.sql`), shared by every replica.
-//! `begin` is one transaction that locks the key's row (or inserts it) before `decide_begin` runs,
-//! so concurrent duplicates on any replicas see each other; the other operations are one statement.
+//! A `begin` first tries the batched insert of a fresh record (`intent_writes.rs`); a key that
+//! has one takes a transaction that locks the row before `decide_begin` runs, so concurrent
+//! duplicates on any replicas see each other. Outcomes are recorded in batches too; the other
+//! operations are one statement.
 
 use std::sync::Arc;
 
 use sqlx::{PgConnection, PgPool};
 
 use super::codec::{decode_mark, encode_mark};
+use super::intent_writes::IntentWrite;
 use super::{backend_error, PostgresStore, BACKEND};
 use crate::store::intents::{
     decide_begin, BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome,
@@ -24,12 +27,33 @@ const VALUES: &str = "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 impl IntentStore for PostgresStore {
     fn begin(&self, request: BeginRequest) -> StoreFuture<'_, Begun> {
-        Box::pin(async move { begin(&self.pool, &request).await })
+        Box::pin(async move {
+            if let (fresh, Some(record)) = decide_begin(None, &request) {
+                let inserted = self
+                    .intent_writes
+                    .write(|reply| IntentWrite::Insert { record, reply })
+                    .await?;
+                if inserted {
+                    return Ok(fresh);
+                }
+            }
+            begin(&self.pool, &request).await
+        })
     }
 
     fn complete(&self, key: &str, outcome: StoredOutcome, now_ms: u64) -> StoreFuture<'_, bool> {
         let key = key.to_owned();
-        Box::pin(async move { record_outcome(&self.pool, &key, &outcome, now_ms).await })
+        Box::pin(async move {
+            let outcome = outcome.to_json();
+            self.intent_writes
+                .write(|reply| IntentWrite::Complete {
+                    key,
+                    outcome,
+                    now_ms,
+                    reply,
+                })
+                .await
+        })
     }
 
     fn abandon(&self, key: &str, attempt: &str, now_ms: u64) -> StoreFuture<'_, ()> {

@@ -14,6 +14,7 @@
 
 mod advance;
 mod codec;
+mod intent_writes;
 mod intents;
 mod reads;
 mod schema;
@@ -34,6 +35,7 @@ use crate::store::guard::expected::ExpectedIdentity;
 use crate::store::plumbing::redact::redact_password;
 use crate::store::{new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 use advance::AdvanceRequest;
+use intent_writes::IntentWriters;
 use reads::ReadRequest;
 use schema::{create_schema, migrate_pool};
 use thread_batchers::ThreadBatchers;
@@ -47,6 +49,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct PostgresStore {
     pool: PgPool,
     advances: ThreadBatchers,
+    /// Fresh begins and outcome records, batched per serving thread.
+    intent_writes: IntentWriters,
     reads: mpsc::Sender<ReadRequest>,
     expected: Arc<ExpectedIdentity>,
     /// For the key-turn sessions.
@@ -76,9 +80,11 @@ impl PostgresStore {
             Arc::clone(&expected),
         );
         let reads = reads::start(pool.clone(), config.max_batch, in_flight);
+        let intent_writes = IntentWriters::new(pool.clone(), config.max_batch, in_flight);
         Ok(PostgresStore {
             pool,
             advances,
+            intent_writes,
             reads,
             expected,
             options,
@@ -218,6 +224,7 @@ impl FenceStore for PostgresStore {
             // Closing the pool makes the read batcher's pending and later batches fail with an
             // error; the advance batchers stop once their queues are answered.
             self.advances.close();
+            self.intent_writes.close();
             self.pool.close().await;
             Ok(())
         })

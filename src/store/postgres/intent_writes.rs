@@ -4,7 +4,6 @@
 //! answered "not inserted" and takes the one-request transaction of `intents.rs`.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
 
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
@@ -20,8 +19,9 @@ use crate::store::StoreError;
 
 /// Fresh intents inserted unless their key has a record, and SUBMITTING intents completed, in
 /// one statement. A fresh intent counts as inserted when the statement inserted it, or when the
-/// record already holds its attempt (a repeat of a statement whose answer was lost: attempts are
-/// random, so only that attempt's own insert can have written it).
+/// record already holds its attempt: an advance whose answer was lost and which was repeated
+/// (`advance.rs`) may have inserted it, and attempts are random, so only that attempt's own
+/// insert can have written it.
 const WRITE_SQL: &str = "
 WITH fresh AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[],
@@ -130,59 +130,39 @@ impl IntentWriters {
     }
 }
 
-/// One thread's batcher: up to `in_flight` statements at once, each on a pooled connection the
-/// batcher keeps while it is healthy.
-async fn run(pool: PgPool, max_batch: usize, in_flight: usize, writes: mpsc::Receiver<IntentWrite>) {
-    let idle: Arc<Mutex<Vec<PoolConnection<Postgres>>>> = Arc::new(Mutex::new(Vec::new()));
+/// One thread's batcher: up to `in_flight` statements at once, each on a connection taken from
+/// the store's pool for the statement (and checked by the pool before it is handed out), so the
+/// batchers hold no connection the store's other calls might wait for.
+async fn run(
+    pool: PgPool,
+    max_batch: usize,
+    in_flight: usize,
+    writes: mpsc::Receiver<IntentWrite>,
+) {
     run_batches(writes, max_batch, in_flight, |batch| {
-        let (pool, idle) = (pool.clone(), Arc::clone(&idle));
-        async move { run_batch(&pool, &idle, batch).await }
+        let pool = pool.clone();
+        async move { run_batch(&pool, batch).await }
     })
     .await;
-    // Kept connections go back to the pool when dropped here.
-    drop(std::mem::take(
-        &mut *idle.lock().unwrap_or_else(PoisonError::into_inner),
-    ));
 }
 
-/// Runs `batch` (one write per key; a second write of a key waits for the next statement) on a
-/// kept connection, or a pooled one. A statement that failed on a kept connection — the server
-/// may have dropped it meanwhile — is sent once more on a fresh one; repeating it is safe (see
-/// [`WRITE_SQL`]: an insert finds its own attempt, a completion finds the intent completed).
-async fn run_batch(
-    pool: &PgPool,
-    idle: &Mutex<Vec<PoolConnection<Postgres>>>,
-    mut batch: Vec<IntentWrite>,
-) {
+/// Runs `batch`: one write per key in each statement, a second write of a key in the next.
+async fn run_batch(pool: &PgPool, mut batch: Vec<IntentWrite>) {
     while !batch.is_empty() {
         let (now, later) = one_per_key(batch);
         batch = later;
-        let kept = idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
-        let (connection, repeatable) = match kept {
-            Some(connection) => (connection, true),
-            None => match pool.acquire().await {
-                Ok(connection) => (connection, false),
-                Err(source) => {
-                    fail_batch(now.into_iter().chain(batch).map(IntentWrite::into_reply), source);
-                    return;
-                }
-            },
-        };
-        let mut outcome = execute(connection, &now).await;
-        if let (Err(source), true) = (&outcome, repeatable) {
-            tracing::warn!(error = %source, "postgres intent write failed on a kept connection; repeating it on a new one");
-            outcome = match pool.acquire().await {
-                Ok(connection) => execute(connection, &now).await,
-                Err(source) => Err(source),
-            };
-        }
-        match outcome {
-            Ok((connection, done)) => {
-                idle.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(connection);
-                answer(now, &done);
+        let connection = match pool.acquire().await {
+            Ok(connection) => connection,
+            Err(source) => {
+                fail_batch(
+                    now.into_iter().chain(batch).map(IntentWrite::into_reply),
+                    source,
+                );
+                return;
             }
+        };
+        match execute(connection, &now).await {
+            Ok(done) => answer(now, &done),
             Err(source) => {
                 tracing::error!(error = %source, "postgres intent write failed");
                 fail_batch(now.into_iter().map(IntentWrite::into_reply), source);
@@ -207,11 +187,11 @@ struct Done {
     completed: HashSet<String>,
 }
 
-/// Runs the statement for `batch`; a failed connection is dropped (closed), not kept.
+/// Runs the statement for `batch`; a connection whose statement failed is closed, not pooled.
 async fn execute(
     mut connection: PoolConnection<Postgres>,
     batch: &[IntentWrite],
-) -> Result<(PoolConnection<Postgres>, Done), sqlx::Error> {
+) -> Result<Done, sqlx::Error> {
     let mut fresh = FreshColumns::default();
     let (mut keys, mut outcomes, mut times) = (Vec::new(), Vec::new(), Vec::new());
     for write in batch {
@@ -259,7 +239,7 @@ async fn execute(
             done.completed.insert(key);
         }
     }
-    Ok((connection, done))
+    Ok(done)
 }
 
 /// Answers each write of a statement that ran.
@@ -294,7 +274,8 @@ impl<'a> FreshColumns<'a> {
         self.fences.push(encode_mark(record.fence));
         self.fingerprints.push(&record.fingerprint);
         self.attempts.push(record.attempt.as_deref());
-        self.attempt_expires.push(encode_ms(record.attempt_expires_ms));
+        self.attempt_expires
+            .push(encode_ms(record.attempt_expires_ms));
         self.now.push(encode_ms(record.created_ms));
         self.expires.push(encode_ms(record.expires_ms));
     }

@@ -32,8 +32,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Compare, PostgresStoreConfig};
 use crate::store::guard::expected::ExpectedIdentity;
+use crate::store::intents::{decide_begin, BeginRequest, IntentStore as _};
 use crate::store::plumbing::redact::redact_password;
-use crate::store::{new_store_id, Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
+use crate::store::{
+    new_store_id, Advance, AdvanceAndBegin, AdvancedAndBegun, FenceStore, StoreError, StoreFuture,
+    StoreIdentity,
+};
 use advance::AdvanceRequest;
 use intent_writes::IntentWriters;
 use reads::ReadRequest;
@@ -174,10 +178,11 @@ impl FenceStore for PostgresStore {
                 key,
                 token,
                 compare,
+                then_begin: None,
                 reply,
             };
             self.advances.send(request).await?;
-            answer.await.map_err(|_| StoreError::Closed)?
+            Ok(answer.await.map_err(|_| StoreError::Closed)??.advance)
         })
     }
 
@@ -232,6 +237,44 @@ impl FenceStore for PostgresStore {
 
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+}
+
+impl AdvanceAndBegin for PostgresStore {
+    /// The advance, carrying the fresh intent: the advance's statement inserts it when the key
+    /// is alone in its batch and has no intent record. Otherwise, once the advance passed, the
+    /// begin is made as `IntentStore::begin` makes it.
+    fn advance_and_begin(
+        &self,
+        key: &str,
+        token: u64,
+        compare: Compare,
+        begin: BeginRequest,
+    ) -> StoreFuture<'_, AdvancedAndBegun> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            let (fresh, then_begin) = decide_begin(None, &begin);
+            let (reply, answer) = oneshot::channel();
+            self.advances
+                .send(AdvanceRequest {
+                    key,
+                    token,
+                    compare,
+                    then_begin,
+                    reply,
+                })
+                .await?;
+            let advanced = answer.await.map_err(|_| StoreError::Closed)??;
+            let begun = match advanced.advance {
+                Advance::Stale { .. } => None,
+                Advance::Accepted { .. } if advanced.began => Some(Ok(fresh)),
+                Advance::Accepted { .. } => Some(self.begin(begin).await),
+            };
+            Ok(AdvancedAndBegun {
+                advance: advanced.advance,
+                begun,
+            })
+        })
     }
 }
 

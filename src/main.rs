@@ -139,9 +139,19 @@ fn main() -> ExitCode {
         Command::Serve { log_format, .. } => *log_format,
         _ => LogFormat::Text,
     };
-    if let Err(e) = fencegate::logging::start(log_format.into()) {
-        eprintln!("warning: logging not started: {e}");
-    }
+    // `serve` logs through a writer thread (a line per request must not cost a write each);
+    // the one-shot commands write their few lines at once.
+    let started = match &cli.command {
+        Command::Serve { .. } => fencegate::logging::start_buffered(log_format.into()).map(Some),
+        _ => fencegate::logging::start(log_format.into()).map(|()| None),
+    };
+    let _log_writer = match started {
+        Ok(writer) => writer,
+        Err(e) => {
+            eprintln!("warning: logging not started: {e}");
+            None
+        }
+    };
     match cli.command {
         Command::CheckConfig { file, config } => check_config(file.or(config)),
         Command::Serve { config, .. } => serve(&config),

@@ -60,13 +60,26 @@ pub fn fingerprint(method: &str, path_and_query: &str, body: &[u8]) -> String {
     hex(&digest.finalize())
 }
 
+/// Lowercase hex, two digits per byte, in one allocation.
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    text
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_is_two_lowercase_digits_per_byte() {
+        assert_eq!(hex(&[0x00, 0x0f, 0xa0, 0xff, 0x7b]), "000fa0ff7b");
+        assert_eq!(hex(&[]), "");
+    }
 
     #[test]
     fn keys_are_stable_and_hmac_hides_the_input() {

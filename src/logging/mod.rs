@@ -33,6 +33,27 @@ pub fn start(format: LogFormat) -> Result<(), TryInitError> {
     dispatch(format, filter, ansi, std::io::stderr).try_init()
 }
 
+/// Holds the writer thread of [`start_buffered`]; dropping it writes what is queued and flushes.
+#[must_use = "dropping it ends buffered logging"]
+pub struct LogWriter {
+    _guard: tracing_appender::non_blocking::WorkerGuard,
+}
+
+/// [`start`] for a long-running server: lines are queued (never dropped; a serving thread waits
+/// if 128k lines are queued) for a writer thread, which writes them in buffered runs and flushes
+/// whenever the queue is empty. Keep the returned guard until the process ends.
+pub fn start_buffered(format: LogFormat) -> Result<LogWriter, TryInitError> {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("fencegate-log")
+        .finish(std::io::BufWriter::new(std::io::stderr()));
+    dispatch(format, filter, ansi, writer).try_init()?;
+    Ok(LogWriter { _guard: guard })
+}
+
 /// The subscriber [`start`] installs, writing to `writer`; `ansi` colours the text format.
 pub fn dispatch<W>(format: LogFormat, filter: EnvFilter, ansi: bool, writer: W) -> Dispatch
 where

@@ -101,7 +101,7 @@ pub enum GatewayError {
     UpstreamUnavailable {
         connect: bool,
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: crate::body::BoxError,
     },
     #[error("upstream {upstream}: {reason}")]
     UpstreamTls { upstream: String, reason: String },

@@ -9,10 +9,10 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use http::{header, HeaderValue, Request, Response, Version};
 use http_body_util::BodyExt as _;
-use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 
 use super::tls_clients::TlsClients;
+use super::upstream_pool::{ForwardError, UpstreamPool};
 use super::upstream_slots::{upstream_busy, CappedConnector, UpstreamSlots};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::Service;
@@ -59,9 +59,6 @@ impl ClientAddr {
     }
 }
 
-/// The pooled HTTP/1.1 client shared by every route.
-pub type UpstreamClient = Client<CappedConnector, RequestBody>;
-
 /// The TCP connector under every upstream client.
 pub(super) fn http_connector() -> HttpConnector {
     let mut connector = HttpConnector::new();
@@ -70,7 +67,7 @@ pub(super) fn http_connector() -> HttpConnector {
     connector
 }
 
-/// The pool settings of every upstream client, plain or TLS.
+/// The pool settings of the HTTPS clients.
 pub(super) fn client_builder() -> hyper_util::client::legacy::Builder {
     let mut builder = Client::builder(TokioExecutor::new());
     builder
@@ -80,15 +77,20 @@ pub(super) fn client_builder() -> hyper_util::client::legacy::Builder {
     builder
 }
 
-/// Builds the shared upstream client; it opens connections only with a slot from `slots`.
-pub fn upstream_client(slots: Arc<UpstreamSlots>) -> UpstreamClient {
-    client_builder().build(CappedConnector::new(http_connector(), slots))
+/// This thread's pool of plain-HTTP upstream connections; it opens them only with a slot from
+/// `slots`.
+fn upstream_pool(slots: Arc<UpstreamSlots>) -> UpstreamPool {
+    UpstreamPool::new(
+        CappedConnector::new(http_connector(), slots),
+        MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST,
+        UPSTREAM_IDLE_TIMEOUT,
+    )
 }
 
 /// Forwards routed requests.
 #[derive(Clone)]
 pub struct Proxy {
-    client: UpstreamClient,
+    pool: Arc<UpstreamPool>,
     tls_clients: Arc<TlsClients>,
     slots: Arc<UpstreamSlots>,
     metrics: Arc<Metrics>,
@@ -99,7 +101,7 @@ impl Proxy {
     pub fn new(metrics: Arc<Metrics>, slots: Arc<UpstreamSlots>) -> Proxy {
         Proxy {
             slot_wait: slots.wait(),
-            client: upstream_client(Arc::clone(&slots)),
+            pool: Arc::new(upstream_pool(Arc::clone(&slots))),
             tls_clients: Arc::new(TlsClients::default()),
             slots,
             metrics,
@@ -117,7 +119,7 @@ impl Service<Request<RequestBody>> for Proxy {
     }
 
     fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
-        let client = self.client.clone();
+        let pool = Arc::clone(&self.pool);
         let tls_clients = Arc::clone(&self.tls_clients);
         let slots = Arc::clone(&self.slots);
         let metrics = Arc::clone(&self.metrics);
@@ -134,11 +136,22 @@ impl Service<Request<RequestBody>> for Proxy {
             let route = routed.route;
             let note = request.extensions().get::<AccessNote>().cloned();
             let upstream_request = upstream_request_filter(request, &route)?;
-            let pending = match &route.upstream_tls {
-                None => client.request(upstream_request),
-                Some(tls) => tls_clients
-                    .client_for(tls, &slots)
-                    .request(upstream_request),
+            let pending = async {
+                match &route.upstream_tls {
+                    None => send_plain(&pool, &route.upstream, upstream_request).await,
+                    Some(tls) => tls_clients
+                        .client_for(tls, &slots)
+                        .request(upstream_request)
+                        .await
+                        .map(|response| response.map(|body| body.map_err(Into::into).boxed()))
+                        .map_err(|error| {
+                            let connect = error.is_connect();
+                            Forwarded::Failed {
+                                connect,
+                                source: Box::new(error),
+                            }
+                        }),
+                }
             };
             let started = std::time::Instant::now();
             let answered = tokio::time::timeout(route.timeout, pending).await;
@@ -162,35 +175,64 @@ impl Service<Request<RequestBody>> for Proxy {
                     });
                 }
                 // The client's chunked body grew past `max_body`: the forward was aborted.
-                Ok(Err(source)) if is_body_limit_exceeded(&source) => {
+                Ok(Err(Forwarded::Failed { source, .. }))
+                    if is_body_limit_exceeded(source.as_ref()) =>
+                {
                     return Err(GatewayError::BodyTooLarge {
                         limit: route.max_body,
                     })
                 }
                 // The client's body was malformed, cut off or stalled: its fault, not the upstream's.
-                Ok(Err(source)) if crate::proxy::client_body_fault(&source).is_some() => {
-                    return Err(crate::proxy::client_body_fault(&source)
+                Ok(Err(Forwarded::Failed { source, .. }))
+                    if crate::proxy::client_body_fault(source.as_ref()).is_some() =>
+                {
+                    return Err(crate::proxy::client_body_fault(source.as_ref())
                         .unwrap_or(GatewayError::ClientBody))
                 }
-                Ok(Err(source)) if upstream_busy(&source) => {
+                Ok(Err(Forwarded::Failed { source, .. })) if upstream_busy(source.as_ref()) => {
                     return Err(GatewayError::UpstreamBusy { after: slot_wait })
                 }
-                Ok(Err(source)) => {
-                    if let Some(rejection) = crate::tls::certificate_rejection(&source) {
+                Ok(Err(Forwarded::Failed { connect, source })) => {
+                    if let Some(rejection) = crate::tls::certificate_rejection(source.as_ref()) {
                         return Err(GatewayError::UpstreamTls {
                             upstream: route.upstream.slot_name(),
                             reason: rejection.reason(),
                         });
                     }
-                    return Err(GatewayError::UpstreamUnavailable {
-                        connect: source.is_connect(),
-                        source,
-                    });
+                    return Err(GatewayError::UpstreamUnavailable { connect, source });
                 }
                 Ok(Ok(response)) => response,
             };
             Ok(response_filter(response, &route))
         })
+    }
+}
+
+/// Why a forward got no response.
+enum Forwarded {
+    Failed {
+        /// Whether it failed to connect (nothing was sent).
+        connect: bool,
+        source: super::BoxError,
+    },
+}
+
+/// Sends `request` (origin form) to `upstream` on this thread's pool.
+async fn send_plain(
+    pool: &Arc<UpstreamPool>,
+    upstream: &crate::route::UpstreamTarget,
+    request: Request<RequestBody>,
+) -> Result<Response<ProxyBody>, Forwarded> {
+    match pool.send(upstream.slot(), upstream.origin(), request).await {
+        Ok(response) => Ok(response.map(|body| body.map_err(Into::into).boxed())),
+        Err(ForwardError::Connect(source)) => Err(Forwarded::Failed {
+            connect: true,
+            source,
+        }),
+        Err(error @ ForwardError::Exchange(_)) => Err(Forwarded::Failed {
+            connect: false,
+            source: Box::new(error),
+        }),
     }
 }
 
@@ -207,10 +249,14 @@ fn upstream_request_filter(
             .authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
-    parts.uri = route
-        .upstream
-        .uri_for(parts.uri.path_and_query().map_or("/", |pq| pq.as_str()))
-        .map_err(|_| GatewayError::Internal("could not build the upstream URI"))?;
+    let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    // Plain upstreams are reached through this thread's pool, which sends the origin form; the
+    // HTTPS clients take the absolute URI.
+    parts.uri = match route.upstream_tls {
+        None => route.upstream.origin_form_for(path_and_query),
+        Some(_) => route.upstream.uri_for(path_and_query),
+    }
+    .map_err(|_| GatewayError::Internal("could not build the upstream URI"))?;
     // Hop-by-hop headers were removed once, at ingress (`Gateway::call`), before any layer set
     // headers of its own; nothing since has added one.
     append_via(&mut parts.headers, parts.version);
@@ -235,7 +281,7 @@ fn upstream_request_filter(
 /// Strips hop-by-hop headers and the route's `strip_response_headers` from the upstream's
 /// response, adds `Via`, and streams the body.
 fn response_filter(
-    response: Response<Incoming>,
+    response: Response<ProxyBody>,
     route: &crate::route::CompiledRoute,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
@@ -244,6 +290,5 @@ fn response_filter(
         parts.headers.remove(name);
     }
     append_via(&mut parts.headers, parts.version);
-    let body: ProxyBody = body.map_err(Into::into).boxed();
     Response::from_parts(parts, body)
 }

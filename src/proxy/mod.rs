@@ -8,6 +8,7 @@ mod headers;
 mod prefixed;
 mod stack;
 mod tls_clients;
+mod upstream_pool;
 mod upstream_slots;
 
 pub use crate::body::{
@@ -15,7 +16,7 @@ pub use crate::body::{
 };
 pub use crate::route::UpstreamTarget;
 pub use client_stream::{client_body_fault, streamed_body, ClientBodyFailed, ClientBodyStalled};
-pub use forward::{ClientAddr, Proxy, UpstreamClient, MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST};
+pub use forward::{ClientAddr, Proxy, MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST};
 pub use headers::{
     append_forwarded_headers, append_via, strip_hop_by_hop_headers, strip_path_override_headers,
     ClientNode, ForwardedFor,

@@ -11,6 +11,10 @@ pub struct UpstreamTarget {
     /// The base path without a trailing slash (empty for the root).
     base_path: String,
     host_header: HeaderValue,
+    /// `host:port`, the port made explicit: the name of the upstream's connection slots.
+    slot: String,
+    /// `scheme://authority/`: what a connection is opened to.
+    origin: Uri,
 }
 
 /// The base URL, as configured less a trailing slash.
@@ -47,11 +51,23 @@ impl UpstreamTarget {
         }
         let host_header = HeaderValue::from_str(authority.as_str())
             .map_err(|e| format!("{text:?}: bad host: {e}"))?;
+        let port = authority
+            .port_u16()
+            .unwrap_or(if scheme == Scheme::HTTPS { 443 } else { 80 });
+        let slot = format!("{}:{port}", authority.host());
+        let origin = Uri::builder()
+            .scheme(scheme.clone())
+            .authority(authority.clone())
+            .path_and_query("/")
+            .build()
+            .map_err(|e| format!("{text:?}: {e}"))?;
         Ok(UpstreamTarget {
             scheme,
             base_path: uri.path().trim_end_matches('/').to_owned(),
             authority,
             host_header,
+            slot,
+            origin,
         })
     }
 
@@ -68,13 +84,31 @@ impl UpstreamTarget {
             .build()
     }
 
+    /// The origin-form request target (what an HTTP/1.1 request line carries to the upstream)
+    /// for a request whose path and query are `path_and_query`, below the base path.
+    pub fn origin_form_for(&self, path_and_query: &str) -> Result<Uri, http::Error> {
+        if self.base_path.is_empty() {
+            return Uri::try_from(path_and_query).map_err(Into::into);
+        }
+        let mut target = String::with_capacity(self.base_path.len() + path_and_query.len());
+        target.push_str(&self.base_path);
+        target.push_str(path_and_query);
+        Uri::try_from(target).map_err(Into::into)
+    }
+
     /// The name of the upstream's connection slots (`host:port`).
     pub fn slot_name(&self) -> String {
-        let port = self
-            .authority
-            .port_u16()
-            .unwrap_or(if self.is_https() { 443 } else { 80 });
-        format!("{}:{port}", self.authority.host())
+        self.slot.clone()
+    }
+
+    /// [`slot_name`](Self::slot_name), borrowed.
+    pub fn slot(&self) -> &str {
+        &self.slot
+    }
+
+    /// `scheme://authority/`: what a connection to the upstream is opened to.
+    pub fn origin(&self) -> &Uri {
+        &self.origin
     }
 
     /// Whether requests go over TLS.
@@ -109,6 +143,33 @@ mod tests {
             root.uri_for("/a").unwrap().to_string(),
             "http://127.0.0.1:9000/a"
         );
+    }
+
+    #[test]
+    fn origin_form_goes_below_the_base_path_like_the_absolute_uri() {
+        for (base, path) in [
+            ("http://127.0.0.1:9000/api/", "/invoices/7?x=1"),
+            ("http://127.0.0.1:9000", "/a"),
+            ("http://127.0.0.1:9000", "/a?b=%2F&c"),
+        ] {
+            let t = UpstreamTarget::parse(base).unwrap();
+            let absolute = t.uri_for(path).unwrap();
+            let origin = t.origin_form_for(path).unwrap();
+            assert_eq!(origin.authority(), None);
+            assert_eq!(
+                origin.path_and_query(),
+                absolute.path_and_query(),
+                "{base} {path}"
+            );
+        }
+        assert_eq!(
+            UpstreamTarget::parse("http://h")
+                .unwrap()
+                .origin()
+                .to_string(),
+            "http://h/"
+        );
+        assert_eq!(UpstreamTarget::parse("http://h").unwrap().slot(), "h:80");
     }
 
     #[test]

@@ -29,3 +29,4 @@ mod store_failures;
 mod tls;
 mod token_poisoning;
 mod trust_boundaries;
+mod upstream_pool;

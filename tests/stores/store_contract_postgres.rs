@@ -5,11 +5,14 @@
 
 use std::sync::Arc;
 
+use fencegate::config::Compare;
 use fencegate::config::{
     PostgresStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
     DEFAULT_POSTGRES_BATCHES_IN_FLIGHT,
 };
-use fencegate::store::{BeginRequest, Begun, FenceStore, IntentStore, PostgresStore};
+use fencegate::store::{
+    Advance, AdvanceAndBegin, BeginRequest, Begun, FenceStore, IntentStore, PostgresStore,
+};
 
 use crate::support;
 use crate::support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
@@ -51,6 +54,136 @@ async fn postgres_store_keeps_the_intent_contract() {
         .await;
     store.close().await.unwrap();
     drop_schema(&schema).await;
+}
+
+/// An idempotent write's advance and begin in one statement: the shared contract, then what only
+/// batching can show — many writes at once (one statement for many of them), two writes of one
+/// key in flight together, and intents whose key already has a record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_store_advances_and_begins_in_one_statement() {
+    let schema = unique_schema();
+    let store = Arc::new(PostgresStore::open(&config(&schema)).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL at {TEST_POSTGRES_URL} is required (scripts/ensure-services.sh starts it): {e}")
+    }));
+    support::intent_contract::advance_and_begin_agrees_with_separate_calls(
+        store.as_ref(),
+        store.as_ref(),
+        store.as_ref(),
+    )
+    .await;
+
+    let now = 5_000_000;
+    let begin = |key: &str, fence: u64| BeginRequest {
+        key: key.to_owned(),
+        route: "payouts".to_owned(),
+        fence,
+        fingerprint: "fp".to_owned(),
+        attempt: uuid::Uuid::new_v4().to_string(),
+        attempt_expires_ms: now + 60_000,
+        now_ms: now,
+        expires_ms: now + 86_400_000,
+    };
+    // 200 writes of their own keys at once: every one advanced and begun, each intent stored.
+    let writes = (0..200u64).map(|i| {
+        let store = Arc::clone(&store);
+        let request = begin(&format!("many:{i}"), 10 + i);
+        tokio::spawn(async move {
+            store
+                .advance_and_begin(&format!("many-key:{i}"), 10 + i, Compare::Strict, request)
+                .await
+        })
+    });
+    for (i, write) in futures_util::future::join_all(writes)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let answer = write.expect("task").expect("answer");
+        assert_eq!(answer.advance, Advance::Accepted { previous: None }, "{i}");
+        assert_eq!(
+            answer.begun.expect("begun").expect("begin"),
+            Begun::Fresh,
+            "{i}"
+        );
+    }
+    for i in 0..200u64 {
+        let record = store
+            .get(&format!("many:{i}"))
+            .await
+            .unwrap()
+            .expect("stored");
+        assert_eq!(record.fence, 10 + i);
+    }
+
+    // Two writes of one key in flight together, under strict: the larger token passes and
+    // begins its intent, the smaller is stale (whichever order they reach the store in) and
+    // begins nothing.
+    for round in 0..20u64 {
+        let key = format!("pair-key:{round}");
+        let (low, high) = (100 + 2 * round, 101 + 2 * round);
+        let (a, b) = tokio::join!(
+            store.advance_and_begin(
+                &key,
+                low,
+                Compare::Strict,
+                begin(&format!("pair:{round}:low"), low)
+            ),
+            store.advance_and_begin(
+                &key,
+                high,
+                Compare::Strict,
+                begin(&format!("pair:{round}:high"), high)
+            ),
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(
+            b.advance,
+            Advance::Accepted {
+                previous: b_previous(&a.advance, low)
+            }
+        );
+        assert_eq!(b.begun.expect("begun").unwrap(), Begun::Fresh);
+        let low_stored = store.get(&format!("pair:{round}:low")).await.unwrap();
+        match a.advance {
+            Advance::Accepted { .. } => {
+                assert_eq!(a.begun.expect("begun").unwrap(), Begun::Fresh);
+                assert!(low_stored.is_some());
+            }
+            Advance::Stale { current } => {
+                assert_eq!(current, high);
+                assert!(a.begun.is_none());
+                assert_eq!(low_stored, None, "a stale write began an intent");
+            }
+        }
+    }
+
+    // An intent key that already has a record: the advance passes, and the begin answers as a
+    // separate `begin` would (here: a duplicate in flight).
+    let first = store
+        .advance_and_begin("dup-key", 1, Compare::Monotonic, begin("dup", 1))
+        .await
+        .unwrap();
+    assert_eq!(first.begun.expect("begun").unwrap(), Begun::Fresh);
+    let again = store
+        .advance_and_begin("dup-key", 2, Compare::Monotonic, begin("dup", 2))
+        .await
+        .unwrap();
+    assert_eq!(again.advance, Advance::Accepted { previous: Some(1) });
+    assert!(matches!(
+        again.begun.expect("begun").unwrap(),
+        Begun::InFlight { .. }
+    ));
+
+    store.close().await.unwrap();
+    drop_schema(&schema).await;
+}
+
+/// The mark the larger of two tokens replaced: the smaller's when that one passed first.
+fn b_previous(smaller: &Advance, low: u64) -> Option<u64> {
+    match smaller {
+        Advance::Accepted { .. } => Some(low),
+        Advance::Stale { .. } => None,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

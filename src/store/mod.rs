@@ -55,7 +55,7 @@ pub enum Advance {
 }
 
 /// A backend that can begin an intent in the same write round as an advance (the embedded store:
-/// one writer batch; PostgreSQL: one statement), which saves an idempotent write a round trip and a commit of its own. Only
+/// one writer batch; PostgreSQL: one statement; Redis: one script call), which saves an idempotent write a round trip and a commit of its own. Only
 /// the backends that have such a round implement it; [`Backend::combined`] says which.
 pub trait AdvanceAndBegin: Send + Sync + 'static {
     /// [`FenceStore::advance`], and only when the token is accepted, `begin` on this backend's own
@@ -284,7 +284,13 @@ pub async fn open(config: &StoreConfig, holder: &str) -> Result<Backend, StoreEr
         StoreConfig::Redis(redis) => {
             let store = RedisStore::open(redis).await?;
             let turns = store.turns(holder);
-            Backend::of(store, Some(Arc::new(turns)))
+            let store = Arc::new(store);
+            Backend {
+                fences: Arc::clone(&store) as Arc<dyn FenceStore>,
+                intents: Arc::clone(&store) as Arc<dyn IntentStore>,
+                turns: Some(Arc::new(turns)),
+                combined: Some(store),
+            }
         }
         StoreConfig::Etcd(etcd) => {
             let store = EtcdStore::open(etcd).await?;

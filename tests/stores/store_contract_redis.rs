@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use fencegate::config::{Compare, RedisStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH};
 use fencegate::store::{
-    decide, decide_begin, Advance, BeginRequest, Begun, FenceStore, IntentStore, RedisStore,
-    StoreError,
+    decide, decide_begin, Advance, AdvanceAndBegin, BeginRequest, Begun, FenceStore, IntentStore,
+    RedisStore, StoreError,
 };
 use redis::AsyncCommands as _;
 
@@ -220,6 +220,71 @@ async fn redis_store_keeps_the_intent_contract() {
             Arc::clone(&store) as Arc<dyn IntentStore>
         )
         .await;
+    })
+    .await;
+}
+
+/// An idempotent write's advance and begin in one script call: the shared contract, a stale
+/// token on the Lua comparison's tricky cases begins nothing, and a store whose identity record
+/// is not the adopted one refuses the call before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_store_advances_and_begins_in_one_call() {
+    with_prefix(|prefix| async move {
+        let store = Arc::new(open_store(&config(&redis_url(), &prefix)).await);
+        support::intent_contract::advance_and_begin_agrees_with_separate_calls(
+            store.as_ref(),
+            store.as_ref(),
+            store.as_ref(),
+        )
+        .await;
+        for (i, pair) in TRICKY.windows(2).enumerate() {
+            let (low, high) = (pair[0].min(pair[1]), pair[0].max(pair[1]));
+            let mark = format!("tricky-key:{i}");
+            let first = store
+                .advance_and_begin(
+                    &mark,
+                    high,
+                    Compare::Strict,
+                    begin_request(&format!("tricky:{i}:a"), high, 1),
+                )
+                .await
+                .expect("first");
+            assert!(matches!(first.advance, Advance::Accepted { .. }), "{high}");
+            let again = store
+                .advance_and_begin(
+                    &mark,
+                    low,
+                    Compare::Strict,
+                    begin_request(&format!("tricky:{i}:b"), low, 1),
+                )
+                .await
+                .expect("second");
+            assert_eq!(
+                again.advance,
+                Advance::Stale { current: high },
+                "{low} after {high}"
+            );
+            assert!(again.begun.is_none());
+            assert_eq!(
+                store.get(&format!("tricky:{i}:b")).await.expect("get"),
+                None
+            );
+        }
+        // A store that lost its identity record (wiped) is refused, and nothing is begun.
+        store.expect_identity("the-adopted-store");
+        let refused = store
+            .advance_and_begin(
+                "wiped-key",
+                5,
+                Compare::Monotonic,
+                begin_request("wiped", 5, 1),
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::Untrusted { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(store.get("wiped").await.expect("get"), None);
     })
     .await;
 }

@@ -8,13 +8,19 @@ use redis::{Cmd, RedisError, Script, Value};
 
 use super::command::Command;
 use super::error::wrap;
-use super::script::{server_answer, unexpected, DECIMAL_ORDER};
+use super::keys::{mark_key, store_id_key};
+use super::script::{
+    compare_arg, read_advance, server_answer, unexpected, ADVANCE_FUNCTION, DECIMAL_ORDER,
+    IDENTITY_CHECK,
+};
 use super::RedisStore;
+use crate::config::Compare;
+use crate::store::guard::expected::mismatch_reason;
 use crate::store::intents::{
     decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
     StoredOutcome,
 };
-use crate::store::{StoreError, StoreFuture};
+use crate::store::{Advance, AdvanceAndBegin, AdvancedAndBegun, StoreError, StoreFuture};
 
 /// `decide_begin` in Lua, run after [`DECIMAL_ORDER`]. Times are milliseconds, exact in doubles.
 const BEGIN_BODY: &str = r"
@@ -55,6 +61,20 @@ redis.call('HSET', KEYS[1], 'fence', fence, 'attempt', ARGV[5],
   'attempt_expires_ms', ARGV[6], 'updated_ms', ARGV[7])
 redis.call('ZADD', KEYS[2], ARGV[7], ARGV[1])
 return {'resubmit', recorded, before}
+";
+
+/// An idempotent write's advance and its intent's begin in one call, run after
+/// [`DECIMAL_ORDER`], [`IDENTITY_CHECK`], [`ADVANCE_FUNCTION`] and [`BEGIN_BODY`] wrapped as the
+/// function `begin(KEYS, ARGV)`. The begin runs only when the advance passed.
+const ADVANCE_AND_BEGIN_CALL: &str = r"
+-- KEYS: the store's identity record, the write's mark, the intent's hash, the submitting index,
+-- the expiry index. ARGV: the adopted store's id ('' for none), the token, the compare mode,
+-- then begin's eight arguments. Returns {the advance's answer, begin's answer or false}, or the
+-- identity check's refusal.
+local advanced = advance(KEYS[2], ARGV[2], ARGV[3])
+if advanced[1] ~= 1 then return {advanced, false} end
+return {advanced, begin({KEYS[3], KEYS[4], KEYS[5]},
+  {ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]})}
 ";
 
 /// `complete` and `resolve`: settles a SUBMITTING intent with an outcome, or forgets it.
@@ -109,6 +129,7 @@ return redis.call('DEL', KEYS[1])
 #[derive(Clone)]
 pub(super) struct IntentScripts {
     begin: Script,
+    advance_and_begin: Script,
     settle: Script,
     abandon: Script,
     prune: Script,
@@ -118,14 +139,23 @@ impl IntentScripts {
     pub(super) fn new() -> IntentScripts {
         IntentScripts {
             begin: Script::new(&format!("{DECIMAL_ORDER}{BEGIN_BODY}")),
+            advance_and_begin: Script::new(&format!(
+                "{DECIMAL_ORDER}{IDENTITY_CHECK}{ADVANCE_FUNCTION}\nlocal function begin(KEYS, ARGV)\n{BEGIN_BODY}\nend\n{ADVANCE_AND_BEGIN_CALL}"
+            )),
             settle: Script::new(SETTLE_SCRIPT),
             abandon: Script::new(ABANDON_SCRIPT),
             prune: Script::new(PRUNE_SCRIPT),
         }
     }
 
-    pub(super) fn all(&self) -> [&Script; 4] {
-        [&self.begin, &self.settle, &self.abandon, &self.prune]
+    pub(super) fn all(&self) -> [&Script; 5] {
+        [
+            &self.begin,
+            &self.advance_and_begin,
+            &self.settle,
+            &self.abandon,
+            &self.prune,
+        ]
     }
 }
 
@@ -343,6 +373,78 @@ fn read_record(answer: Value) -> Result<Option<IntentRecord>, RedisError> {
         expires_ms: number("expires_ms")?,
         outcome,
     }))
+}
+
+impl AdvanceAndBegin for RedisStore {
+    /// One script call in the serving thread's pipeline: the advance, and only when it passes,
+    /// the begin, atomically.
+    fn advance_and_begin(
+        &self,
+        key: &str,
+        token: u64,
+        compare: Compare,
+        begin: BeginRequest,
+    ) -> StoreFuture<'_, AdvancedAndBegun> {
+        let expected = self.expected.get();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.scripts.advance_and_begin.get_hash()).arg(5);
+        cmd.arg(store_id_key(&self.prefix))
+            .arg(mark_key(&self.prefix, key))
+            .arg(self.intent_key(&begin.key))
+            .arg(self.submitting_key())
+            .arg(self.expiry_key());
+        cmd.arg(expected.as_deref().unwrap_or(""))
+            .arg(token.to_string())
+            .arg(compare_arg(compare));
+        cmd.arg(&begin.key)
+            .arg(&begin.route)
+            .arg(begin.fence.to_string())
+            .arg(&begin.fingerprint)
+            .arg(&begin.attempt)
+            .arg(begin.attempt_expires_ms.to_string())
+            .arg(begin.now_ms.to_string())
+            .arg(begin.expires_ms.to_string());
+        Box::pin(async move {
+            let answer = self.send_one(cmd).await?;
+            read_advance_and_begin(answer, token, compare, &begin, expected.as_deref())
+        })
+    }
+}
+
+/// Reads the advance-and-begin call's answer: the identity check's refusal, or the advance's
+/// answer and, when it passed, the begin's, each checked as its own call's would be.
+fn read_advance_and_begin(
+    answer: Value,
+    token: u64,
+    compare: Compare,
+    request: &BeginRequest,
+    expected: Option<&str>,
+) -> Result<AdvancedAndBegun, StoreError> {
+    let parts: Vec<Value> = redis::from_redis_value(answer).map_err(|e| wrap(e.into()))?;
+    let mut parts = parts.into_iter();
+    let (first, second) = (parts.next(), parts.next());
+    if let Some(Value::Int(-2)) = first {
+        let found: Option<String> = match second {
+            Some(value) => redis::from_redis_value(value).map_err(|e| wrap(e.into()))?,
+            None => None,
+        };
+        return Err(StoreError::Untrusted {
+            reason: mismatch_reason(expected.unwrap_or_default(), found.as_deref()),
+        });
+    }
+    let (Some(advanced), Some(begun)) = (first, second) else {
+        return Err(wrap(unexpected(
+            "the advance-and-begin script answered fewer than two parts".to_owned(),
+        )));
+    };
+    let advance = read_advance(advanced, token, compare).map_err(wrap)?;
+    let begun = match advance {
+        Advance::Accepted { .. } => {
+            Some(read_begin(server_answer(begun).map_err(wrap)?, request).map_err(wrap))
+        }
+        Advance::Stale { .. } => None,
+    };
+    Ok(AdvancedAndBegun { advance, begun })
 }
 
 /// Reads the begin script's verdict and checks it against [`decide_begin`] on the record the

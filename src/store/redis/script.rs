@@ -13,7 +13,7 @@ use crate::store::{decide, Advance, StoreIdentity};
 /// dropped, then shorter is smaller, then digit by digit. Writes only when the mark grows, so an
 /// equal `monotonic` token costs no write.
 pub(super) fn advance_script() -> String {
-    format!("{DECIMAL_ORDER}{IDENTITY_CHECK}{ADVANCE_BODY}")
+    format!("{DECIMAL_ORDER}{IDENTITY_CHECK}{ADVANCE_FUNCTION}{ADVANCE_LOOP}")
 }
 
 /// The store identity check every writing script starts with: KEYS[1] is the store's identity
@@ -50,8 +50,9 @@ local function order(a, b)
 end
 ";
 
-/// The advances, run after [`DECIMAL_ORDER`] and [`IDENTITY_CHECK`].
-const ADVANCE_BODY: &str = r"
+/// One compare-and-set of a mark, as a Lua function `advance(mark_key, token_text, compare)`;
+/// needs [`DECIMAL_ORDER`].
+pub(super) const ADVANCE_FUNCTION: &str = r"
 -- One advance: {1, previous mark or false} when the token passes, {0, current mark} when it is
 -- stale, {-1, message} when the token or the stored mark is not a decimal number.
 local function advance(mark_key, token_text, compare)
@@ -86,6 +87,11 @@ local function advance(mark_key, token_text, compare)
   end
   return {1, mark}
 end
+";
+
+/// The advances of one call, run after [`DECIMAL_ORDER`], [`IDENTITY_CHECK`] and
+/// [`ADVANCE_FUNCTION`].
+const ADVANCE_LOOP: &str = r"
 -- KEYS[1] and ARGV[1]: the identity check's.
 -- KEYS[i + 1]: the mark of the i-th advance; ARGV[2i]: its token (decimal u64), ARGV[2i + 1]:
 -- 'monotonic' or 'strict'. One answer per advance, in order.

@@ -4,7 +4,7 @@
 //! its response's body has been read to the end. A request that a pooled connection closed before
 //! sending goes out on another; a connection whose response was cut short is never lent again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -31,8 +31,9 @@ pub enum ForwardError {
     Exchange(#[source] hyper::Error),
 }
 
-/// Idle connections kept for one upstream, newest last.
-type Idle = Vec<(http1::SendRequest<RequestBody>, Instant)>;
+/// Idle connections kept for one upstream with when each was put back, newest last: lent newest
+/// first, pruned oldest first.
+type Idle = VecDeque<(http1::SendRequest<RequestBody>, Instant)>;
 
 /// This thread's idle connections by upstream (`host:port`), and how to open more.
 pub struct UpstreamPool {
@@ -108,8 +109,9 @@ impl UpstreamPool {
     fn take_idle(&self, upstream: &str) -> Option<http1::SendRequest<RequestBody>> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let connections = idle.get_mut(upstream)?;
-        while let Some((sender, since)) = connections.pop() {
-            if !sender.is_closed() && since.elapsed() < self.idle_timeout {
+        let now = Instant::now();
+        while let Some((sender, since)) = connections.pop_back() {
+            if !sender.is_closed() && now.duration_since(since) < self.idle_timeout {
                 return Some(sender);
             }
         }
@@ -139,13 +141,18 @@ impl UpstreamPool {
         if sender.is_closed() {
             return;
         }
+        let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let connections = idle.entry(upstream).or_default();
-        // The oldest are the likeliest to have been closed by the upstream meanwhile.
-        connections
-            .retain(|(sender, since)| !sender.is_closed() && since.elapsed() < self.idle_timeout);
+        // The oldest first: past the idle timeout, or closed by the upstream meanwhile. (A
+        // closed one further in is dropped when it is taken.)
+        while connections.front().is_some_and(|(sender, since)| {
+            sender.is_closed() || now.duration_since(*since) >= self.idle_timeout
+        }) {
+            connections.pop_front();
+        }
         if connections.len() < self.max_idle_per_upstream {
-            connections.push((sender, Instant::now()));
+            connections.push_back((sender, now));
         }
     }
 }

@@ -235,6 +235,20 @@ pub struct Backend {
 }
 
 impl Backend {
+    /// A backend that also has an advance-and-begin round.
+    fn with_combined<T: FenceStore + IntentStore + AdvanceAndBegin>(
+        store: T,
+        turns: Option<Arc<dyn TurnStore>>,
+    ) -> Backend {
+        let store = Arc::new(store);
+        Backend {
+            fences: Arc::clone(&store) as Arc<dyn FenceStore>,
+            intents: Arc::clone(&store) as Arc<dyn IntentStore>,
+            turns,
+            combined: Some(store),
+        }
+    }
+
     fn of<T: FenceStore + IntentStore>(store: T, turns: Option<Arc<dyn TurnStore>>) -> Backend {
         let store = Arc::new(store);
         Backend {
@@ -262,35 +276,18 @@ pub fn check_settings(config: &StoreConfig) -> Result<(), crate::tls::StoreTlsEr
 pub async fn open(config: &StoreConfig, holder: &str) -> Result<Backend, StoreError> {
     Ok(match config {
         StoreConfig::Embedded(embedded) => {
-            let store = Arc::new(EmbeddedStore::open(&embedded.path, embedded.max_batch).await?);
-            Backend {
-                fences: Arc::clone(&store) as Arc<dyn FenceStore>,
-                intents: Arc::clone(&store) as Arc<dyn IntentStore>,
-                turns: None,
-                combined: Some(store),
-            }
+            let store = EmbeddedStore::open(&embedded.path, embedded.max_batch).await?;
+            Backend::with_combined(store, None)
         }
         StoreConfig::Postgres(postgres) => {
             let store = PostgresStore::open(postgres).await?;
             let turns = store.turns(holder);
-            let store = Arc::new(store);
-            Backend {
-                fences: Arc::clone(&store) as Arc<dyn FenceStore>,
-                intents: Arc::clone(&store) as Arc<dyn IntentStore>,
-                turns: Some(Arc::new(turns)),
-                combined: Some(store),
-            }
+            Backend::with_combined(store, Some(Arc::new(turns)))
         }
         StoreConfig::Redis(redis) => {
             let store = RedisStore::open(redis).await?;
             let turns = store.turns(holder);
-            let store = Arc::new(store);
-            Backend {
-                fences: Arc::clone(&store) as Arc<dyn FenceStore>,
-                intents: Arc::clone(&store) as Arc<dyn IntentStore>,
-                turns: Some(Arc::new(turns)),
-                combined: Some(store),
-            }
+            Backend::with_combined(store, Some(Arc::new(turns)))
         }
         StoreConfig::Etcd(etcd) => {
             let store = EtcdStore::open(etcd).await?;

@@ -7,11 +7,11 @@ use sqlx::postgres::PgConnection;
 use tokio::sync::oneshot;
 
 use super::codec::{decode_mark, encode_mark};
+use super::intent_writes::FreshColumns;
 use super::BACKEND;
 use crate::config::Compare;
 use crate::store::guard::expected::mismatch_reason;
 use crate::store::intents::IntentRecord;
-use crate::store::plumbing::intent_rows::encode_ms;
 use crate::store::{decide, Advance, StoreError};
 
 /// The batched compare-and-advance: one row per key, the previous mark returned by the same
@@ -255,14 +255,7 @@ fn answer_in_token_order(
 #[derive(Default)]
 struct IntentColumns<'a> {
     mark_keys: Vec<&'a str>,
-    keys: Vec<&'a str>,
-    routes: Vec<&'a str>,
-    fences: Vec<i64>,
-    fingerprints: Vec<&'a str>,
-    attempts: Vec<Option<&'a str>>,
-    attempt_expires: Vec<i64>,
-    now: Vec<i64>,
-    expires: Vec<i64>,
+    fresh: FreshColumns<'a>,
     strict: Vec<bool>,
 }
 
@@ -294,36 +287,20 @@ impl<'a> IntentColumns<'a> {
                 continue;
             }
             columns.mark_keys.push(&request.key);
-            columns.keys.push(&record.key);
-            columns.routes.push(&record.route);
-            columns.fences.push(encode_mark(record.fence));
-            columns.fingerprints.push(&record.fingerprint);
-            columns.attempts.push(record.attempt.as_deref());
-            columns
-                .attempt_expires
-                .push(encode_ms(record.attempt_expires_ms));
-            columns.now.push(encode_ms(record.created_ms));
-            columns.expires.push(encode_ms(record.expires_ms));
+            columns.fresh.push(record);
             columns.strict.push(request.compare == Compare::Strict);
         }
         columns
     }
 
     fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.fresh.is_empty()
     }
 
+    /// Binds `$4 …`: the mark keys, the fresh intents' columns, the compare modes.
     fn bind<'q>(&'q self, query: AdvanceQuery<'q>) -> AdvanceQuery<'q> {
-        query
-            .bind(&self.mark_keys)
-            .bind(&self.keys)
-            .bind(&self.routes)
-            .bind(&self.fences)
-            .bind(&self.fingerprints)
-            .bind(&self.attempts)
-            .bind(&self.attempt_expires)
-            .bind(&self.now)
-            .bind(&self.expires)
+        self.fresh
+            .bind(query.bind(&self.mark_keys))
             .bind(&self.strict)
     }
 }

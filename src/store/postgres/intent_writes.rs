@@ -209,15 +209,8 @@ async fn execute(
             }
         }
     }
-    let rows: Vec<(bool, String)> = match sqlx::query_as(WRITE_SQL)
-        .bind(&fresh.keys)
-        .bind(&fresh.routes)
-        .bind(&fresh.fences)
-        .bind(&fresh.fingerprints)
-        .bind(&fresh.attempts)
-        .bind(&fresh.attempt_expires)
-        .bind(&fresh.now)
-        .bind(&fresh.expires)
+    let rows: Vec<(bool, String)> = match fresh
+        .bind(sqlx::query_as(WRITE_SQL))
         .bind(&keys)
         .bind(&outcomes)
         .bind(&times)
@@ -254,9 +247,11 @@ fn answer(batch: Vec<IntentWrite>, done: &Done) {
     }
 }
 
-/// The fresh intents of a statement, column by column.
+/// Fresh intents as statement arrays, column by column (`key, route, fence, fingerprint,
+/// attempt, attempt_expires_ms, now_ms, expires_ms`): what `WRITE_SQL` and the advance's
+/// statement (`advance.rs`) insert.
 #[derive(Default)]
-struct FreshColumns<'a> {
+pub(super) struct FreshColumns<'a> {
     keys: Vec<&'a str>,
     routes: Vec<&'a str>,
     fences: Vec<i64>,
@@ -268,7 +263,7 @@ struct FreshColumns<'a> {
 }
 
 impl<'a> FreshColumns<'a> {
-    fn push(&mut self, record: &'a IntentRecord) {
+    pub(super) fn push(&mut self, record: &'a IntentRecord) {
         self.keys.push(&record.key);
         self.routes.push(&record.route);
         self.fences.push(encode_mark(record.fence));
@@ -278,5 +273,25 @@ impl<'a> FreshColumns<'a> {
             .push(encode_ms(record.attempt_expires_ms));
         self.now.push(encode_ms(record.created_ms));
         self.expires.push(encode_ms(record.expires_ms));
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Binds the eight columns, in order, as the query's next parameters.
+    pub(super) fn bind<'q, O>(
+        &'q self,
+        query: sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments> {
+        query
+            .bind(&self.keys)
+            .bind(&self.routes)
+            .bind(&self.fences)
+            .bind(&self.fingerprints)
+            .bind(&self.attempts)
+            .bind(&self.attempt_expires)
+            .bind(&self.now)
+            .bind(&self.expires)
     }
 }

@@ -141,13 +141,15 @@ impl EtcdClient {
         tcp.set_nodelay(true);
         tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
         tcp.enforce_http(false);
-        let tls_config = match tls {
+        let mut tls_config = match tls {
             Some(tls) => rustls::ClientConfig::clone(&tls.config),
             // Plain endpoints only: the TLS settings are never used.
             None => UpstreamTls::compile(&UpstreamTlsConfig::default())
                 .map(|t| rustls::ClientConfig::clone(&t.config))
                 .map_err(|e| StoreTlsError::new("tls", e.to_string()))?,
         };
+        // The connector offers ALPN itself, for the versions enabled below (HTTP/1.1 only).
+        tls_config.alpn_protocols.clear();
         let connector = HttpsConnectorBuilder::new()
             .with_tls_config(tls_config)
             .https_or_http()

@@ -9,13 +9,13 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use http::{header, HeaderValue, Request, Response, Version};
 use http_body_util::BodyExt as _;
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::client::legacy::connect::HttpConnector;
+use tower::Service;
 
-use super::tls_clients::TlsClients;
+use super::tls_pools::TlsPools;
+use super::upstream_dial::Dialer;
 use super::upstream_pool::{ForwardError, UpstreamPool};
 use super::upstream_slots::{upstream_busy, CappedConnector, UpstreamSlots};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-use tower::Service;
 
 use super::headers::{
     append_forwarded_headers, append_via, strip_hop_by_hop_headers, ClientNode, ForwardedFor,
@@ -59,29 +59,21 @@ impl ClientAddr {
     }
 }
 
-/// The TCP connector under every upstream client.
-pub(super) fn http_connector() -> HttpConnector {
+/// The TCP connector under every upstream connection: it opens them only with a slot from
+/// `slots`.
+fn tcp_connector(slots: Arc<UpstreamSlots>) -> CappedConnector {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(UPSTREAM_CONNECT_TIMEOUT));
-    connector
+    // The TLS dialer hands it `https://` URIs.
+    connector.enforce_http(false);
+    CappedConnector::new(connector, slots)
 }
 
-/// The pool settings of the HTTPS clients.
-pub(super) fn client_builder() -> hyper_util::client::legacy::Builder {
-    let mut builder = Client::builder(TokioExecutor::new());
-    builder
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(UPSTREAM_IDLE_TIMEOUT)
-        .pool_max_idle_per_host(MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST);
-    builder
-}
-
-/// This thread's pool of plain-HTTP upstream connections; it opens them only with a slot from
-/// `slots`.
-fn upstream_pool(slots: Arc<UpstreamSlots>) -> UpstreamPool {
+/// A pool of this thread's upstream connections, opened by `dialer`.
+fn upstream_pool(dialer: Dialer) -> UpstreamPool {
     UpstreamPool::new(
-        CappedConnector::new(http_connector(), slots),
+        dialer,
         MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST,
         UPSTREAM_IDLE_TIMEOUT,
     )
@@ -90,20 +82,21 @@ fn upstream_pool(slots: Arc<UpstreamSlots>) -> UpstreamPool {
 /// Forwards routed requests.
 #[derive(Clone)]
 pub struct Proxy {
+    /// Plain-HTTP upstreams.
     pool: Arc<UpstreamPool>,
-    tls_clients: Arc<TlsClients>,
-    slots: Arc<UpstreamSlots>,
+    /// HTTPS upstreams, a pool per route TLS setting.
+    tls_pools: Arc<TlsPools>,
     metrics: Arc<Metrics>,
     slot_wait: Duration,
 }
 
 impl Proxy {
     pub fn new(metrics: Arc<Metrics>, slots: Arc<UpstreamSlots>) -> Proxy {
+        let tcp = tcp_connector(Arc::clone(&slots));
         Proxy {
             slot_wait: slots.wait(),
-            pool: Arc::new(upstream_pool(Arc::clone(&slots))),
-            tls_clients: Arc::new(TlsClients::default()),
-            slots,
+            pool: Arc::new(upstream_pool(Dialer::plain(tcp.clone()))),
+            tls_pools: Arc::new(TlsPools::new(tcp, upstream_pool)),
             metrics,
         }
     }
@@ -119,9 +112,8 @@ impl Service<Request<RequestBody>> for Proxy {
     }
 
     fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
-        let pool = Arc::clone(&self.pool);
-        let tls_clients = Arc::clone(&self.tls_clients);
-        let slots = Arc::clone(&self.slots);
+        let plain_pool = Arc::clone(&self.pool);
+        let tls_pools = Arc::clone(&self.tls_pools);
         let metrics = Arc::clone(&self.metrics);
         let slot_wait = self.slot_wait;
         Box::pin(async move {
@@ -136,23 +128,11 @@ impl Service<Request<RequestBody>> for Proxy {
             let route = routed.route;
             let note = request.extensions().get::<AccessNote>().cloned();
             let upstream_request = upstream_request_filter(request, &route)?;
-            let pending = async {
-                match &route.upstream_tls {
-                    None => send_plain(&pool, &route.upstream, upstream_request).await,
-                    Some(tls) => tls_clients
-                        .client_for(tls, &slots)
-                        .request(upstream_request)
-                        .await
-                        .map(|response| response.map(|body| body.map_err(Into::into).boxed()))
-                        .map_err(|error| {
-                            let connect = error.is_connect();
-                            Forwarded::Failed {
-                                connect,
-                                source: Box::new(error),
-                            }
-                        }),
-                }
+            let pool = match &route.upstream_tls {
+                None => plain_pool,
+                Some(tls) => tls_pools.pool_for(tls),
             };
+            let pending = send(&pool, &route.upstream, upstream_request);
             let started = std::time::Instant::now();
             let answered = tokio::time::timeout(route.timeout, pending).await;
             let took = started.elapsed();
@@ -217,8 +197,8 @@ enum Forwarded {
     },
 }
 
-/// Sends `request` (origin form) to `upstream` on this thread's pool.
-async fn send_plain(
+/// Sends `request` (origin form) to `upstream` on `pool`.
+async fn send(
     pool: &Arc<UpstreamPool>,
     upstream: &crate::route::UpstreamTarget,
     request: Request<RequestBody>,
@@ -250,13 +230,11 @@ fn upstream_request_filter(
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
     let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    // Plain upstreams are reached through this thread's pool, which sends the origin form; the
-    // HTTPS clients take the absolute URI.
-    parts.uri = match route.upstream_tls {
-        None => route.upstream.origin_form_for(path_and_query),
-        Some(_) => route.upstream.uri_for(path_and_query),
-    }
-    .map_err(|_| GatewayError::Internal("could not build the upstream URI"))?;
+    // The pools send the origin form (made absolute for an HTTP/2 connection).
+    parts.uri = route
+        .upstream
+        .origin_form_for(path_and_query)
+        .map_err(|_| GatewayError::Internal("could not build the upstream URI"))?;
     // Hop-by-hop headers were removed once, at ingress (`Gateway::call`), before any layer set
     // headers of its own; nothing since has added one.
     append_via(&mut parts.headers, parts.version);

@@ -7,7 +7,8 @@ mod forward;
 mod headers;
 mod prefixed;
 mod stack;
-mod tls_clients;
+mod tls_pools;
+mod upstream_dial;
 mod upstream_pool;
 mod upstream_slots;
 

@@ -1,8 +1,10 @@
-//! One serving thread's keep-alive connections to plain-HTTP upstreams, on hyper's
-//! connection-level HTTP/1.1 client: a connection is opened with a slot (`upstream_slots.rs`),
-//! driven by a task on the serving thread, lent to one request at a time, and put back only once
-//! its response's body has been read to the end. A request that a pooled connection closed before
-//! sending goes out on another; a connection whose response was cut short is never lent again.
+//! One serving thread's keep-alive connections to upstreams, on hyper's connection-level
+//! clients: a connection is opened by the pool's dialer (`upstream_dial.rs`, with a slot, over
+//! TCP or TLS), and driven by a task on the serving thread. An HTTP/1.1 connection is lent to one
+//! request at a time and put back only once its response's body has been read to the end; an
+//! HTTP/2 one (agreed by ALPN) is shared by every request while it stays open. A request that a
+//! pooled connection closed before sending goes out on another; a connection whose HTTP/1.1
+//! response was cut short is never lent again.
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
@@ -11,13 +13,13 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::uri::{Parts, PathAndQuery};
 use http::{Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use tower::Service as _;
+use hyper::client::conn::{http1, http2};
 
-use super::upstream_slots::CappedConnector;
+use super::upstream_dial::{Dialer, Opened};
 use super::{BoxError, RequestBody};
 
 /// Why a request got no response from its upstream.
@@ -35,36 +37,51 @@ pub enum ForwardError {
 /// first, pruned oldest first.
 type Idle = VecDeque<(http1::SendRequest<RequestBody>, Instant)>;
 
-/// This thread's idle connections by upstream (`host:port`), and how to open more.
+/// This thread's connections by upstream (`host:port`), and how to open more.
 pub struct UpstreamPool {
     idle: Mutex<HashMap<String, Idle>>,
-    connector: CappedConnector,
+    /// One HTTP/2 connection per upstream, for as long as it stays open.
+    shared: Mutex<HashMap<String, http2::SendRequest<RequestBody>>>,
+    dialer: Dialer,
     max_idle_per_upstream: usize,
     idle_timeout: Duration,
 }
 
 impl UpstreamPool {
     pub fn new(
-        connector: CappedConnector,
+        dialer: Dialer,
         max_idle_per_upstream: usize,
         idle_timeout: Duration,
     ) -> UpstreamPool {
         UpstreamPool {
             idle: Mutex::new(HashMap::new()),
-            connector,
+            shared: Mutex::new(HashMap::new()),
+            dialer,
             max_idle_per_upstream,
             idle_timeout,
         }
     }
 
-    /// Sends `request` (origin-form URI) to `upstream` (`host:port`, reached as `target`) on an
-    /// idle connection, or a new one. The response's body hands its connection back at its end.
+    /// Sends `request` (origin-form URI) to `upstream` (`host:port`, reached as `target`,
+    /// `scheme://host:port/`) on a pooled connection, or a new one. An HTTP/1.1 response's body
+    /// hands its connection back at its end.
     pub async fn send(
         self: &Arc<Self>,
         upstream: &str,
         target: &Uri,
         mut request: Request<RequestBody>,
     ) -> Result<Response<PooledBody>, ForwardError> {
+        if let Some(mut shared) = self.take_shared(upstream) {
+            match send_h2(&mut shared, target, request).await {
+                Ok(response) => return Ok(unpooled(response)),
+                Err(Unsent::Again(unsent)) => request = unsent,
+                Err(Unsent::Failed(error)) => return Err(ForwardError::Exchange(error)),
+            }
+        }
+        // Back from an HTTP/2 connection that closed first, the URI is absolute again.
+        if request.uri().scheme().is_some() {
+            *request.uri_mut() = origin_form(request.uri());
+        }
         while let Some(mut sender) = self.take_idle(upstream) {
             // Idle connections wait for their next request; one still finishing its last exchange
             // is ready as soon as its task has run.
@@ -81,28 +98,52 @@ impl UpstreamPool {
                 },
             }
         }
-        let io = self
-            .connector
-            .clone()
-            .call(target.clone())
+        match self
+            .dialer
+            .open(target)
             .await
-            .map_err(ForwardError::Connect)?;
-        let (mut sender, connection) = http1::Builder::new()
-            .handshake(io)
-            .await
-            .map_err(|e| ForwardError::Connect(Box::new(e)))?;
-        // Driven on this serving thread; it ends when the connection closes (the upstream or a
-        // failure closes it, or every handle to it is dropped mid-exchange).
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "upstream connection ended with an error");
+            .map_err(ForwardError::Connect)?
+        {
+            Opened::Http1(mut sender) => {
+                let response = sender
+                    .send_request(request)
+                    .await
+                    .map_err(ForwardError::Exchange)?;
+                Ok(self.lend(upstream, sender, response))
             }
-        });
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(ForwardError::Exchange)?;
-        Ok(self.lend(upstream, sender, response))
+            Opened::Http2(mut sender) => {
+                self.share(upstream, sender.clone());
+                match send_h2(&mut sender, target, request).await {
+                    Ok(response) => Ok(unpooled(response)),
+                    Err(Unsent::Again(_)) => Err(ForwardError::Connect(
+                        "the new HTTP/2 connection closed before the request was sent".into(),
+                    )),
+                    Err(Unsent::Failed(error)) => Err(ForwardError::Exchange(error)),
+                }
+            }
+        }
+    }
+
+    /// `upstream`'s HTTP/2 connection, while it is open.
+    fn take_shared(&self, upstream: &str) -> Option<http2::SendRequest<RequestBody>> {
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        match shared.get(upstream) {
+            Some(sender) if !sender.is_closed() => Some(sender.clone()),
+            Some(_) => {
+                shared.remove(upstream);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Makes `sender` the HTTP/2 connection later requests to `upstream` share (one opened at
+    /// the same time by another request serves that request only, and closes after it).
+    fn share(&self, upstream: &str, sender: http2::SendRequest<RequestBody>) {
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        if shared.get(upstream).is_none_or(|open| open.is_closed()) {
+            shared.insert(upstream.to_owned(), sender);
+        }
     }
 
     /// The newest idle connection to `upstream` that is open and not past the idle timeout.
@@ -155,6 +196,59 @@ impl UpstreamPool {
             connections.push_back((sender, now));
         }
     }
+}
+
+/// Why a request went unanswered on an HTTP/2 connection.
+enum Unsent {
+    /// The connection closed before the request was sent: it may go out on another.
+    Again(Request<RequestBody>),
+    Failed(hyper::Error),
+}
+
+/// Sends `request` on a stream of `sender`'s connection. HTTP/2 carries the scheme and authority
+/// (`:scheme`, `:authority`), so the origin-form URI is made absolute against `target`.
+async fn send_h2(
+    sender: &mut http2::SendRequest<RequestBody>,
+    target: &Uri,
+    mut request: Request<RequestBody>,
+) -> Result<Response<Incoming>, Unsent> {
+    *request.uri_mut() = absolute(target, request.uri());
+    if sender.ready().await.is_err() {
+        return Err(Unsent::Again(request));
+    }
+    match sender.try_send_request(request).await {
+        Ok(response) => Ok(response),
+        Err(mut failed) => match failed.take_message() {
+            Some(unsent) => Err(Unsent::Again(unsent)),
+            None => Err(Unsent::Failed(failed.into_error())),
+        },
+    }
+}
+
+/// `origin`'s path and query below `target`'s scheme and authority.
+fn absolute(target: &Uri, origin: &Uri) -> Uri {
+    let mut parts = Parts::default();
+    parts.scheme = target.scheme().cloned();
+    parts.authority = target.authority().cloned();
+    parts.path_and_query = Some(
+        origin
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/")),
+    );
+    Uri::from_parts(parts).unwrap_or_else(|_| origin.clone())
+}
+
+/// `uri`'s path and query alone: what an HTTP/1.1 request line carries.
+fn origin_form(uri: &Uri) -> Uri {
+    let mut parts = Parts::default();
+    parts.path_and_query = uri.path_and_query().cloned();
+    Uri::from_parts(parts).unwrap_or_else(|_| Uri::from_static("/"))
+}
+
+/// A response whose connection needs no hand-back (an HTTP/2 stream's).
+fn unpooled(response: Response<Incoming>) -> Response<PooledBody> {
+    response.map(|inner| PooledBody { inner, back: None })
 }
 
 /// An upstream response's body, which returns its connection to the pool when read to the end.

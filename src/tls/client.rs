@@ -14,7 +14,7 @@ use crate::config::UpstreamTlsConfig;
 /// The compiled TLS settings of one route's upstream.
 #[derive(Clone)]
 pub struct UpstreamTls {
-    /// Without ALPN: the connector sets `h2` and `http/1.1` itself.
+    /// Offers `h2` and `http/1.1` by ALPN: the upstream picks the version.
     pub config: Arc<ClientConfig>,
     /// The name verified in the upstream's certificate (and sent as SNI), when it is not the
     /// URL's host.
@@ -80,7 +80,7 @@ impl UpstreamTls {
             .with_protocol_versions(super::PROTOCOL_VERSIONS)
             .map_err(UpstreamTlsError::Settings)?
             .with_root_certificates(roots);
-        let config_out = match (&config.client_cert, &config.client_key) {
+        let mut config_out = match (&config.client_cert, &config.client_key) {
             (None, None) => builder.with_no_client_auth(),
             (Some(cert), Some(key)) => {
                 let chain = load_certs(cert).map_err(file("client_cert"))?;
@@ -92,6 +92,7 @@ impl UpstreamTls {
             }
             _ => return Err(UpstreamTlsError::HalfClientIdentity),
         };
+        config_out.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(UpstreamTls {
             config: Arc::new(config_out),
             server_name,

@@ -46,6 +46,7 @@ async fn an_https_upstream_is_verified_with_the_route_ca_and_its_connections_are
     assert_eq!(seen.len(), 3);
     assert!(seen.iter().all(|s| s.version == http::Version::HTTP_11));
     assert_eq!(seen[0].target, "/v1/charges");
+    assert!(seen.iter().all(|s| s.uri == "/v1/charges"), "{seen:?}");
     // One serving thread per core may open its own connection; three requests one after
     // another on a kept-alive pool need at most one per thread, not one per request.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -64,11 +65,27 @@ async fn http2_is_used_when_the_upstream_offers_it_by_alpn() {
         TlsUpstream::start(server_config(&ca.leaf(LOCAL), None, &[b"h2", b"http/1.1"])).await;
     let ca_file = write(dir.path(), "ca.pem", &ca.pem);
     let gw = TestGateway::start(&route(&upstream.url(), &ca_table(&ca_file))).await;
-    let reply = get(&gw, "/v1/charges").await;
-    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    for _ in 0..4 {
+        let reply = get(&gw, "/v1/charges?n=1").await;
+        assert_eq!(reply.status, 200, "{:?}", reply.body);
+    }
     let seen = upstream.seen();
-    assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].version, http::Version::HTTP_2);
+    assert_eq!(seen.len(), 4);
+    assert!(seen.iter().all(|s| s.version == http::Version::HTTP_2));
+    let authority = upstream.addr.to_string();
+    let absolute = format!("https://{authority}/v1/charges?n=1");
+    assert!(seen.iter().all(|s| s.uri == absolute), "{seen:?}");
+    assert!(seen.iter().all(|s| s
+        .headers
+        .get("host")
+        .is_some_and(|h| h == authority.as_str())));
+    // An HTTP/2 connection is shared: one per serving thread at most, not one per request.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(
+        upstream.connections() <= threads.min(2),
+        "{} TLS connections for 4 sequential requests",
+        upstream.connections()
+    );
 }
 
 /// The 502 a route answers when its upstream presents `leaf`, and the problem's detail.

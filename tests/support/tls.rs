@@ -192,6 +192,8 @@ pub fn server_config(leaf: &Leaf, client_ca: Option<&str>, alpn: &[&[u8]]) -> ru
 pub struct SeenTls {
     pub method: String,
     pub target: String,
+    /// The request URI as received: the origin form on HTTP/1.1, absolute on HTTP/2.
+    pub uri: String,
     pub version: http::Version,
     pub headers: HeaderMap,
 }
@@ -236,6 +238,7 @@ impl TlsUpstream {
                                     .uri
                                     .path_and_query()
                                     .map_or("/".to_owned(), |pq| pq.to_string()),
+                                uri: parts.uri.to_string(),
                                 version: parts.version,
                                 headers: parts.headers,
                             });

@@ -1,6 +1,7 @@
 //! Reading bodies for the idempotency flow: the request whole (bounded, to fingerprint it), and
 //! the response's first bytes (up to the stored-body cap) so the outcome can be recorded before
 //! the client sees it — a client that retries right after its answer then finds it recorded.
+//! A body that arrives in one frame (the usual case) is kept as that frame, not copied.
 
 use bytes::{Bytes, BytesMut};
 use http_body::Body as _;
@@ -39,7 +40,7 @@ pub async fn read_request(
             .await
             .map_err(ReadFailure::Busy)?;
     }
-    let mut buffer = BytesMut::new();
+    let mut buffer = Gathered::default();
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame.map_err(ReadFailure::Body)?.into_data() {
             if buffer.len() + data.len() > limit {
@@ -50,10 +51,10 @@ pub async fn read_request(
                 .grow(&mut reservation, unreserved)
                 .await
                 .map_err(ReadFailure::Busy)?;
-            buffer.extend_from_slice(&data);
+            buffer.push(data);
         }
     }
-    Ok(Some((buffer.freeze(), reservation)))
+    Ok(Some((buffer.into_bytes(), reservation)))
 }
 
 /// The start of a response body: all of it when it fits in `limit`, else the bytes read so far
@@ -72,18 +73,86 @@ pub async fn read_prefix(
     budget: &MemoryBudget,
     reservation: &mut Reservation,
 ) -> Result<Prefix, BoxError> {
-    let mut buffer = BytesMut::new();
+    let mut buffer = Gathered::default();
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame?.into_data() {
             let room = budget.try_grow(reservation, data.len());
-            buffer.extend_from_slice(&data);
+            buffer.push(data);
             if buffer.len() > limit || !room {
                 return Ok(Prefix::Longer {
-                    read: buffer.freeze(),
+                    read: buffer.into_bytes(),
                     rest: body,
                 });
             }
         }
     }
-    Ok(Prefix::Whole(buffer.freeze()))
+    Ok(Prefix::Whole(buffer.into_bytes()))
+}
+
+/// A body's frames so far: the first one as it came, copied into one buffer only once a second
+/// one arrives.
+#[derive(Default)]
+enum Gathered {
+    #[default]
+    Empty,
+    One(Bytes),
+    Many(BytesMut),
+}
+
+impl Gathered {
+    fn len(&self) -> usize {
+        match self {
+            Gathered::Empty => 0,
+            Gathered::One(bytes) => bytes.len(),
+            Gathered::Many(buffer) => buffer.len(),
+        }
+    }
+
+    fn push(&mut self, data: Bytes) {
+        *self = match std::mem::take(self) {
+            Gathered::Empty => Gathered::One(data),
+            Gathered::One(first) => {
+                let mut buffer = BytesMut::with_capacity(first.len() + data.len());
+                buffer.extend_from_slice(&first);
+                buffer.extend_from_slice(&data);
+                Gathered::Many(buffer)
+            }
+            Gathered::Many(mut buffer) => {
+                buffer.extend_from_slice(&data);
+                Gathered::Many(buffer)
+            }
+        };
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self {
+            Gathered::Empty => Bytes::new(),
+            Gathered::One(bytes) => bytes,
+            Gathered::Many(buffer) => buffer.freeze(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_frame_is_kept_as_it_came_and_more_are_joined_in_order() {
+        let frame = Bytes::from_static(b"whole body");
+        let mut one = Gathered::default();
+        one.push(frame.clone());
+        assert_eq!(one.len(), 10);
+        let kept = one.into_bytes();
+        // The same bytes, not a copy of them.
+        assert_eq!(kept.as_ptr(), frame.as_ptr());
+
+        let mut many = Gathered::default();
+        for part in [&b"ab"[..], b"", b"cde", b"f"] {
+            many.push(Bytes::copy_from_slice(part));
+        }
+        assert_eq!(many.len(), 6);
+        assert_eq!(&many.into_bytes()[..], b"abcdef");
+        assert!(Gathered::default().into_bytes().is_empty());
+    }
 }

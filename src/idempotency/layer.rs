@@ -7,6 +7,7 @@
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt as _;
 use tower::{Layer, Service};
@@ -221,13 +222,14 @@ where
     let mut held = budget.empty();
     let prefix = read_prefix(body, settings.max_stored_body, budget, &mut held).await;
     let (stored_body, complete, reply_body) = match prefix {
+        // The stored body and the client's are the same bytes, not copies.
         Ok(Prefix::Whole(bytes)) => (
-            bytes.to_vec(),
+            bytes.clone(),
             true,
             Budgeted::new(full_body(bytes), held).boxed(),
         ),
         Ok(Prefix::Longer { read, rest }) => (
-            Vec::new(),
+            Bytes::new(),
             false,
             Budgeted::new(Prefixed::new(read, rest), held).boxed(),
         ),
@@ -352,7 +354,7 @@ fn replay(outcome: StoredOutcome) -> Response<ProxyBody> {
     let body = if outcome.body_complete {
         outcome.body
     } else {
-        Vec::new()
+        Bytes::new()
     };
     let mut response = Response::new(full_body(body));
     *response.status_mut() = status;
@@ -389,7 +391,7 @@ mod tests {
                 ("Content-Length".to_owned(), "999".to_owned()),
                 ("transfer-encoding".to_owned(), "chunked".to_owned()),
             ],
-            body: b"hello".to_vec(),
+            body: Bytes::from_static(b"hello"),
             body_complete: true,
         });
         assert_eq!(response.status(), StatusCode::CREATED);

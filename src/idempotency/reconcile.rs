@@ -62,7 +62,7 @@ pub fn outcome(
     Ok(StoredOutcome {
         status,
         headers,
-        body,
+        body: body.into(),
         body_complete: true,
     })
 }

@@ -3,6 +3,7 @@
 //! `decide_begin`, the one rule for what a new attempt finds — shared by the backends so they
 //! cannot disagree.
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::StoreFuture;
@@ -42,7 +43,7 @@ pub struct StoredOutcome {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     #[serde(with = "base64_body")]
-    pub body: Vec<u8>,
+    pub body: Bytes,
     /// Whether `body` is the whole body (false: it was longer than the cap and is not replayed).
     pub body_complete: bool,
 }
@@ -59,16 +60,18 @@ impl StoredOutcome {
 
 mod base64_body {
     use base64::Engine as _;
+    use bytes::Bytes;
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(body: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(body))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Bytes, D::Error> {
         let text = String::deserialize(deserializer)?;
         base64::engine::general_purpose::STANDARD
             .decode(text)
+            .map(Bytes::from)
             .map_err(serde::de::Error::custom)
     }
 }
@@ -157,7 +160,7 @@ pub fn decide_begin(
         let outcome = record.outcome.clone().unwrap_or(StoredOutcome {
             status: 500,
             headers: Vec::new(),
-            body: Vec::new(),
+            body: Bytes::new(),
             body_complete: false,
         });
         return (Begun::Completed(outcome), None);
@@ -312,7 +315,7 @@ mod tests {
         let outcome = StoredOutcome {
             status: 201,
             headers: vec![],
-            body: b"ok".to_vec(),
+            body: Bytes::from_static(b"ok"),
             body_complete: true,
         };
         record.state = IntentState::Completed;
@@ -337,7 +340,7 @@ mod tests {
         let outcome = StoredOutcome {
             status: 200,
             headers: vec![("content-type".to_owned(), "application/json".to_owned())],
-            body: vec![0, 159, 255, b'{'],
+            body: Bytes::from(vec![0, 159, 255, b'{']),
             body_complete: true,
         };
         assert_eq!(StoredOutcome::from_json(&outcome.to_json()), Some(outcome));

@@ -263,7 +263,7 @@ async fn a_route_that_holds_unknown_outcomes_never_sends_them_again(backend: Bac
         let outcome = StoredOutcome {
             status: 201,
             headers: vec![("content-type".to_owned(), "application/json".to_owned())],
-            body: b"{\"charged\":true}".to_vec(),
+            body: bytes::Bytes::from_static(b"{\"charged\":true}"),
             body_complete: true,
         };
         let now = fencegate::idempotency::now_ms();

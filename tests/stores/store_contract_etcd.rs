@@ -293,7 +293,7 @@ async fn intent_indexes_follow_their_records() {
         let answer = fencegate::store::StoredOutcome {
             status: 200,
             headers: Vec::new(),
-            body: b"done".to_vec(),
+            body: bytes::Bytes::from_static(b"done"),
             body_complete: true,
         };
         assert_eq!(store.complete("raw", answer, 7_100).await.ok(), Some(true));

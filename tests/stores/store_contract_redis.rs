@@ -377,7 +377,7 @@ async fn intents_are_hashes_with_decimal_fences_in_both_indexes() {
         let answer = fencegate::store::StoredOutcome {
             status: 200,
             headers: Vec::new(),
-            body: b"done".to_vec(),
+            body: bytes::Bytes::from_static(b"done"),
             body_complete: true,
         };
         assert_eq!(

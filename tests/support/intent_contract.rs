@@ -30,7 +30,7 @@ fn outcome(status: u16, body: &[u8]) -> StoredOutcome {
     StoredOutcome {
         status,
         headers: vec![("content-type".to_owned(), "application/json".to_owned())],
-        body: body.to_vec(),
+        body: bytes::Bytes::copy_from_slice(body),
         body_complete: true,
     }
 }

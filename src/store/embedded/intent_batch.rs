@@ -410,7 +410,7 @@ mod tests {
         let outcome = StoredOutcome {
             status: 201,
             headers: Vec::new(),
-            body: b"done".to_vec(),
+            body: bytes::Bytes::from_static(b"done"),
             body_complete: true,
         };
         let command = IntentCommand::Complete {

@@ -10,6 +10,7 @@ mod admin_listener;
 mod clock;
 mod connection;
 mod framing;
+mod in_place;
 mod refusal;
 mod tracked;
 mod watched_stream;
@@ -29,7 +30,6 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use hyper_util::service::TowerToHyperService;
 use prometheus::IntGauge;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
@@ -43,6 +43,7 @@ use crate::proxy::ClientAddr;
 use crate::tls::ListenerTls;
 
 use activity::ConnectionActivity;
+use in_place::InPlace;
 use tracked::Tracked;
 use watched_stream::{FramingWatch, WatchedStream};
 pub use workers::Workers;
@@ -276,7 +277,7 @@ impl Connection {
         });
         let service = Tracked::new(service, Arc::clone(&activity));
         let connection = builder
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+            .serve_connection(TokioIo::new(stream), InPlace::new(service))
             .into_owned();
         let watched = watcher.watch(connection);
         let timeouts = limits.timeouts;

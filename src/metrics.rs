@@ -11,8 +11,8 @@ use prometheus::{
 };
 
 use crate::authority::AuthorityMetrics;
-use crate::route::RouteTable;
-use crate::stats::RouteCounters;
+use crate::route::{CompiledRoute, RouteTable};
+use crate::stats::{RouteCounters, RouteMetrics};
 
 /// Latency buckets from 100 µs to 10 s: store round trips sit at the low end, upstream calls and
 /// gate waits anywhere.
@@ -203,6 +203,23 @@ impl Metrics {
             inflight,
             restart_required,
             registry,
+        })
+    }
+
+    /// `route`'s series of the labelled metrics, looked up on its first request and kept in
+    /// the route. (A compiled route serves one gateway, and so one registry.)
+    pub fn of_route<'r>(&self, route: &'r CompiledRoute) -> &'r RouteMetrics {
+        route.metrics.get_or_init(|| {
+            let name = route.name.as_str();
+            let outcome = |label| self.requests.with_label_values(&[name, label]);
+            RouteMetrics {
+                inflight: self.inflight.with_label_values(&[name]),
+                forwarded: outcome("forwarded"),
+                replayed: outcome("replayed"),
+                refused: outcome("refused"),
+                failed: outcome("failed"),
+                upstream_duration: self.upstream_duration.with_label_values(&[name]),
+            }
         })
     }
 

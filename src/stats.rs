@@ -1,6 +1,9 @@
-//! Per-route counters of fence outcomes, kept as plain atomics until the metrics exporter reads them.
+//! Per-route counters of fence outcomes, kept as plain atomics until the metrics exporter reads
+//! them, and a route's handles into the Prometheus metrics labelled with its name.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus::{Histogram, IntCounter, IntGauge};
 
 /// Counts for one route. Never keyed by resource key, so their number is bounded by the config.
 #[derive(Debug, Default)]
@@ -35,5 +38,36 @@ impl RouteCounters {
 
     pub fn read(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+}
+
+/// One route's series of the labelled request metrics, resolved once (on the route's first
+/// request) instead of by a label lookup on every request.
+pub struct RouteMetrics {
+    pub inflight: IntGauge,
+    /// `fencegate_requests_total` by outcome: forwarded, replayed, refused, failed.
+    pub forwarded: IntCounter,
+    pub replayed: IntCounter,
+    pub refused: IntCounter,
+    pub failed: IntCounter,
+    pub upstream_duration: Histogram,
+}
+
+impl RouteMetrics {
+    /// The requests counter of `outcome` (one of the four labels above; anything else counts
+    /// as failed).
+    pub fn outcome(&self, outcome: &str) -> &IntCounter {
+        match outcome {
+            "forwarded" => &self.forwarded,
+            "replayed" => &self.replayed,
+            "refused" => &self.refused,
+            _ => &self.failed,
+        }
+    }
+}
+
+impl std::fmt::Debug for RouteMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteMetrics").finish_non_exhaustive()
     }
 }

@@ -100,10 +100,7 @@ where
         }
         // Before the fence: a body the route would refuse must not advance the mark.
         if declared_length(&request).is_some_and(|length| length > route.max_body as u64) {
-            metrics
-                .requests
-                .with_label_values(&[&route.name, "refused"])
-                .inc();
+            metrics.of_route(route).refused.inc();
             let refusal = GatewayError::BodyTooLarge {
                 limit: route.max_body,
             };
@@ -112,20 +109,20 @@ where
         // A chunked (or lying) body is cut off where it passes the limit; the proxy answers 413.
         request.body_mut().limit_to(route.max_body as u64);
         let by = advance_by(route, self.turns_advance);
-        let route = route.name.clone();
+        let route = Arc::clone(route);
         request.extensions_mut().insert(by);
         request.extensions_mut().insert(routed);
-        let inflight = InFlight::new(metrics.inflight.with_label_values(&[&route]));
+        let inflight = InFlight::new(Arc::clone(&route), &metrics);
         let answer = self.inner.call(request);
         async move {
             let result = answer.await;
             drop(inflight);
             metrics
-                .requests
-                .with_label_values(&[&route, outcome_label(&result)])
+                .of_route(&route)
+                .outcome(outcome_label(&result))
                 .inc();
             // The route, attached once to whatever failed below.
-            result.map_err(|error| error.on_route(route))
+            result.map_err(|error| error.on_route(route.name.clone()))
         }
         .boxed()
     }
@@ -155,18 +152,21 @@ fn advance_by(route: &CompiledRoute, turns_advance: bool) -> AdvanceBy {
 
 /// Counts one request in its route's in-flight gauge until dropped: with the request's future,
 /// also when hyper drops it because the client went away.
-struct InFlight(prometheus::IntGauge);
+struct InFlight(Arc<CompiledRoute>);
 
 impl InFlight {
-    fn new(gauge: prometheus::IntGauge) -> InFlight {
-        gauge.inc();
-        InFlight(gauge)
+    fn new(route: Arc<CompiledRoute>, metrics: &Metrics) -> InFlight {
+        metrics.of_route(&route).inflight.inc();
+        InFlight(route)
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.dec();
+        // Set by `new`.
+        if let Some(series) = self.0.metrics.get() {
+            series.inflight.dec();
+        }
     }
 }
 

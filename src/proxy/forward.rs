@@ -137,8 +137,8 @@ impl Service<Request<RequestBody>> for Proxy {
             let answered = tokio::time::timeout(route.timeout, pending).await;
             let took = started.elapsed();
             metrics
+                .of_route(&route)
                 .upstream_duration
-                .with_label_values(&[&route.name])
                 .observe(took.as_secs_f64());
             if let Some(note) = &note {
                 note.upstream_time(took);

@@ -1,6 +1,6 @@
 //! The compiled route table: every configured route validated once, then matched in file order.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::{HeaderName, Method};
@@ -14,7 +14,7 @@ use crate::config::{
     CollectionWrites, Compare, FenceMode, FormatSuffix, OnStoreError, Ordering, PathParameters,
     RouteConfig,
 };
-use crate::stats::RouteCounters;
+use crate::stats::{RouteCounters, RouteMetrics};
 use crate::tls::UpstreamTls;
 use crate::token::{signature_key_from_env, SignatureKey};
 
@@ -51,6 +51,8 @@ pub struct CompiledRoute {
     pub fence: FenceSettings,
     pub idempotency: Option<IdempotencySettings>,
     pub counters: RouteCounters,
+    /// The route's series of the labelled metrics, set by `Metrics::of_route` on first use.
+    pub metrics: OnceLock<RouteMetrics>,
 }
 
 /// The `[routes.fence]` table, compiled.
@@ -401,6 +403,7 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
             authority,
         },
         counters: RouteCounters::default(),
+        metrics: OnceLock::new(),
     })
 }
 

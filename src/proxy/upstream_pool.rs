@@ -98,9 +98,9 @@ impl UpstreamPool {
                 },
             }
         }
-        match self
-            .dialer
-            .open(target)
+        // Boxed: opening a connection (TCP, TLS, handshake) is a large future, and kept inline
+        // it would be copied with every request's future although few requests open one.
+        match Box::pin(self.dialer.open(target))
             .await
             .map_err(ForwardError::Connect)?
         {

@@ -74,7 +74,7 @@ impl UpstreamPool {
         if let Some(mut shared) = self.take_shared(upstream) {
             match send_h2(&mut shared, target, request).await {
                 Ok(response) => return Ok(unpooled(response)),
-                Err(Unsent::Again(unsent)) => request = unsent,
+                Err(Unsent::Again(unsent)) => request = *unsent,
                 Err(Unsent::Failed(error)) => return Err(ForwardError::Exchange(error)),
             }
         }
@@ -200,8 +200,9 @@ impl UpstreamPool {
 
 /// Why a request went unanswered on an HTTP/2 connection.
 enum Unsent {
-    /// The connection closed before the request was sent: it may go out on another.
-    Again(Request<RequestBody>),
+    /// The connection closed before the request was sent: it may go out on another. (Boxed:
+    /// rare, and the request is large.)
+    Again(Box<Request<RequestBody>>),
     Failed(hyper::Error),
 }
 
@@ -214,12 +215,12 @@ async fn send_h2(
 ) -> Result<Response<Incoming>, Unsent> {
     *request.uri_mut() = absolute(target, request.uri());
     if sender.ready().await.is_err() {
-        return Err(Unsent::Again(request));
+        return Err(Unsent::Again(Box::new(request)));
     }
     match sender.try_send_request(request).await {
         Ok(response) => Ok(response),
         Err(mut failed) => match failed.take_message() {
-            Some(unsent) => Err(Unsent::Again(unsent)),
+            Some(unsent) => Err(Unsent::Again(Box::new(unsent))),
             None => Err(Unsent::Failed(failed.into_error())),
         },
     }

@@ -53,6 +53,11 @@ impl Dialer {
         }
     }
 
+    /// Whether its connections may be HTTP/2 (over TLS, when the upstream picks `h2`).
+    pub fn may_agree_http2(&self) -> bool {
+        self.tls.is_some()
+    }
+
     /// Opens a connection to `target` (`scheme://host:port/`) and shakes hands on it.
     pub async fn open(&self, target: &Uri) -> Result<Opened, BoxError> {
         let tcp = self.tcp.clone().call(target.clone()).await?;

@@ -74,13 +74,13 @@ impl UpstreamPool {
         if let Some(mut shared) = self.take_shared(upstream) {
             match send_h2(&mut shared, target, request).await {
                 Ok(response) => return Ok(unpooled(response)),
-                Err(Unsent::Again(unsent)) => request = *unsent,
+                // Back from an HTTP/2 connection that closed first: origin form again.
+                Err(Unsent::Again(unsent)) => {
+                    request = *unsent;
+                    *request.uri_mut() = origin_form(request.uri());
+                }
                 Err(Unsent::Failed(error)) => return Err(ForwardError::Exchange(error)),
             }
-        }
-        // Back from an HTTP/2 connection that closed first, the URI is absolute again.
-        if request.uri().scheme().is_some() {
-            *request.uri_mut() = origin_form(request.uri());
         }
         while let Some(mut sender) = self.take_idle(upstream) {
             // Idle connections wait for their next request; one still finishing its last exchange
@@ -124,8 +124,12 @@ impl UpstreamPool {
         }
     }
 
-    /// `upstream`'s HTTP/2 connection, while it is open.
+    /// `upstream`'s HTTP/2 connection, while it is open. (None without a lock where the dialer
+    /// never agrees HTTP/2: plain upstreams.)
     fn take_shared(&self, upstream: &str) -> Option<http2::SendRequest<RequestBody>> {
+        if !self.dialer.may_agree_http2() {
+            return None;
+        }
         let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
         match shared.get(upstream) {
             Some(sender) if !sender.is_closed() => Some(sender.clone()),

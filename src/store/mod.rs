@@ -55,8 +55,9 @@ pub enum Advance {
 }
 
 /// A backend that can begin an intent in the same write round as an advance (the embedded store:
-/// one writer batch; PostgreSQL: one statement; Redis: one script call), which saves an idempotent write a round trip and a commit of its own. Only
-/// the backends that have such a round implement it; [`Backend::combined`] says which.
+/// one writer batch; PostgreSQL: one statement; Redis: one script call), which saves an
+/// idempotent write a round trip and a commit of its own. Only the backends that have such a
+/// round implement it; [`Backend::combined`] says which.
 pub trait AdvanceAndBegin: Send + Sync + 'static {
     /// [`FenceStore::advance`], and only when the token is accepted, `begin` on this backend's own
     /// intent records in the same round. The future does nothing until polled.

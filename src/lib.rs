@@ -43,7 +43,9 @@
 //! - [`embed`]: the fence as a tower layer for a service's own handlers, without the proxy.
 //!
 //! Shared by all of them, depending on none: [`body`] (the body types), [`extensions`] (what the
-//! layers hand each other in request extensions), [`problem`] (RFC 9457 documents). And around
+//! layers hand each other in request extensions), [`problem`] (RFC 9457 documents),
+//! [`input_type`] (typed key inputs, `{id:int}`, and the rule for untyped ones, shared by route
+//! patterns, key templates and lock mappings). And around
 //! them: [`error`] (every failure as a kind in one table, answered as problem details),
 //! [`stats`] (per-route counters), [`metrics`] (the Prometheus registry), [`reload`] (the route
 //! table in force, swapped on SIGHUP or `POST /admin/reload`), [`admin`] (metrics, health, marks,
@@ -69,6 +71,7 @@ pub mod fence;
 pub mod gate;
 pub mod gateway;
 pub mod idempotency;
+pub mod input_type;
 pub mod logging;
 pub mod metrics;
 pub mod problem;

@@ -533,6 +533,16 @@ fn check_config(file: Option<PathBuf>) -> ExitCode {
                 file.display(),
                 compiled.config.routes.len()
             );
+            for route in compiled.routes.routes() {
+                let untyped = route.untyped_placeholders();
+                if !untyped.is_empty() {
+                    println!(
+                        "route {:?}: untyped key inputs {}: on a guarded method a value that common frameworks read as a number or UUID spelled another way (042, +42, upper-case UUIDs) is refused; declare `:int` or `:uuid` to key every spelling as one, or `:str` for plain strings",
+                        route.name,
+                        untyped.join(", ")
+                    );
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -1,14 +1,48 @@
 //! From a lock's name to the resource key it guards, and back: two templates over the same
-//! `{name}` placeholders (`locks/invoice/{id}` and `invoice:{id}`). A placeholder stands for one
-//! or more characters other than `/`.
+//! `{name}` placeholders (`locks/invoice/{id}` and `invoice:{id:int}`). A placeholder stands for
+//! one or more characters other than `/`; a typed one only for a value of its type, passed on in
+//! canonical form (the lock `locks/invoice/042` guards `invoice:42`).
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
+
+use crate::input_type::InputType;
 
 /// One piece of a template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Piece {
     Text(String),
     Slot(String),
+}
+
+/// The type of each placeholder of a mapping, as either template or the route's path declares it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct SlotTypes(Vec<(String, InputType)>);
+
+impl SlotTypes {
+    fn of(&self, name: &str) -> InputType {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(InputType::Untyped, |(_, kind)| *kind)
+    }
+
+    /// Records `name`'s type; two different declared types of one name are an error.
+    fn declare(&mut self, name: &str, kind: InputType) -> Result<(), String> {
+        if kind == InputType::Untyped {
+            return Ok(());
+        }
+        match self.0.iter().find(|(n, _)| n == name) {
+            Some((_, known)) if *known != kind => Err(format!(
+                "placeholder {{{name}}} is declared both {{{name}{known}}} and {{{name}{kind}}}"
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.0.push((name.to_owned(), kind));
+                Ok(())
+            }
+        }
+    }
 }
 
 /// A template of text and placeholders.
@@ -26,7 +60,12 @@ pub struct MappingError {
 }
 
 impl Template {
-    fn parse(text: &str, field: &'static str) -> Result<Template, MappingError> {
+    /// Parses `text`, recording the types its placeholders declare in `types`.
+    fn parse(
+        text: &str,
+        field: &'static str,
+        types: &mut SlotTypes,
+    ) -> Result<Template, MappingError> {
         let fail = |message: String| MappingError { field, message };
         if text.is_empty() {
             return Err(fail("must not be empty".to_owned()));
@@ -54,14 +93,26 @@ impl Template {
                     let end = after
                         .find('}')
                         .ok_or_else(|| fail(format!("{text:?}: unbalanced '{{'")))?;
-                    let name = &after[..end];
+                    let placeholder = &after[..end];
+                    let (name, kind) = match placeholder.split_once(':') {
+                        Some((name, suffix)) => match InputType::from_suffix(suffix) {
+                            Some(kind) => (name, kind),
+                            None => {
+                                return Err(fail(format!(
+                                    "{text:?}: placeholder {{{placeholder}}}: unknown type (use `:int`, `:uuid` or `:str`)"
+                                )))
+                            }
+                        },
+                        None => (placeholder, InputType::Untyped),
+                    };
                     if name.is_empty()
                         || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
                     {
                         return Err(fail(format!(
-                            "{text:?}: placeholder {{{name}}} must be a plain name (letters, digits, '_')"
+                            "{text:?}: placeholder {{{name}}} must be a plain name (letters, digits, '_'), optionally typed"
                         )));
                     }
+                    types.declare(name, kind).map_err(fail)?;
                     pieces.push(Piece::Slot(name.to_owned()));
                     rest = &after[end + 1..];
                 }
@@ -88,13 +139,13 @@ impl Template {
         }
     }
 
-    /// The placeholders' values when `text` matches, else `None`.
-    fn capture<'t>(&self, text: &'t str) -> Option<Vec<(&str, &'t str)>> {
+    /// The placeholders' values when `text` matches, typed ones in canonical form, else `None`.
+    fn capture<'t>(&self, text: &'t str, types: &SlotTypes) -> Option<Vec<(&str, Cow<'t, str>)>> {
         let mut found = Vec::new();
-        capture_from(&self.pieces, text, &mut found).then_some(found)
+        capture_from(&self.pieces, text, types, &mut found).then_some(found)
     }
 
-    fn render(&self, values: &[(&str, &str)]) -> Option<String> {
+    fn render(&self, values: &[(&str, Cow<'_, str>)]) -> Option<String> {
         let mut out = String::new();
         for piece in &self.pieces {
             match piece {
@@ -109,11 +160,13 @@ impl Template {
     }
 }
 
-/// Matches `pieces` against all of `text`, trying each length a placeholder may take.
+/// Matches `pieces` against all of `text`, trying each length a placeholder may take; a typed
+/// placeholder takes only a value of its type, and keeps it in canonical form.
 fn capture_from<'p, 't>(
     pieces: &'p [Piece],
     text: &'t str,
-    found: &mut Vec<(&'p str, &'t str)>,
+    types: &SlotTypes,
+    found: &mut Vec<(&'p str, Cow<'t, str>)>,
 ) -> bool {
     let Some((first, rest)) = pieces.split_first() else {
         return text.is_empty();
@@ -121,17 +174,25 @@ fn capture_from<'p, 't>(
     match first {
         Piece::Text(literal) => text
             .strip_prefix(literal.as_str())
-            .is_some_and(|after| capture_from(rest, after, found)),
+            .is_some_and(|after| capture_from(rest, after, types, found)),
         Piece::Slot(name) => {
+            let kind = match types.of(name) {
+                // An untyped value is passed on as it is: the requests' keys check theirs.
+                InputType::Untyped => InputType::Str,
+                kind => kind,
+            };
             let run = text.find('/').unwrap_or(text.len());
             for end in (1..=run).filter(|&end| text.is_char_boundary(end)) {
-                let (value, after) = text.split_at(end);
+                let (raw, after) = text.split_at(end);
+                let Ok(value) = kind.read(raw) else {
+                    continue;
+                };
                 // A repeated placeholder must repeat its value.
                 if found.iter().any(|(n, v)| n == name && *v != value) {
                     continue;
                 }
                 found.push((name.as_str(), value));
-                if capture_from(rest, after, found) {
+                if capture_from(rest, after, types, found) {
                     return true;
                 }
                 found.pop();
@@ -146,14 +207,26 @@ fn capture_from<'p, 't>(
 pub struct LockMapping {
     lock: Template,
     resource: Template,
+    types: SlotTypes,
 }
 
 impl LockMapping {
     /// Both templates must name the same placeholders, so that each lock guards one resource
     /// and each resource has one lock.
     pub fn parse(lock_key: &str, resource_key: &str) -> Result<LockMapping, MappingError> {
-        let lock = Template::parse(lock_key, "fence.authority.lock_key")?;
-        let resource = Template::parse(resource_key, "fence.authority.resource_key")?;
+        LockMapping::parse_typed(lock_key, resource_key, |_| InputType::Untyped)
+    }
+
+    /// [`parse`](Self::parse), where a placeholder neither template types takes the type
+    /// `path_type` gives its name (the route's path: `/invoices/{id:int}`).
+    pub fn parse_typed(
+        lock_key: &str,
+        resource_key: &str,
+        path_type: impl Fn(&str) -> InputType,
+    ) -> Result<LockMapping, MappingError> {
+        let mut types = SlotTypes::default();
+        let lock = Template::parse(lock_key, "fence.authority.lock_key", &mut types)?;
+        let resource = Template::parse(resource_key, "fence.authority.resource_key", &mut types)?;
         if lock.names() != resource.names() {
             return Err(MappingError {
                 field: "fence.authority.resource_key",
@@ -162,7 +235,17 @@ impl LockMapping {
                 ),
             });
         }
-        Ok(LockMapping { lock, resource })
+        for name in lock.names() {
+            if types.of(name) == InputType::Untyped {
+                // Cannot conflict: the name has no declared type yet.
+                let _ = types.declare(name, path_type(name));
+            }
+        }
+        Ok(LockMapping {
+            lock,
+            resource,
+            types,
+        })
     }
 
     /// The text every lock key of this mapping starts with (what a watch or a scan covers).
@@ -172,12 +255,13 @@ impl LockMapping {
 
     /// The resource `lock` guards, when `lock` is one of this mapping's locks.
     pub fn resource_of(&self, lock: &str) -> Option<String> {
-        self.resource.render(&self.lock.capture(lock)?)
+        self.resource.render(&self.lock.capture(lock, &self.types)?)
     }
 
     /// The lock guarding `resource`, when `resource` is one of this mapping's resources.
     pub fn lock_of(&self, resource: &str) -> Option<String> {
-        self.lock.render(&self.resource.capture(resource)?)
+        self.lock
+            .render(&self.resource.capture(resource, &self.types)?)
     }
 
     /// The lock and resource of a stored etcd key: the key itself when it is a lock's name (a
@@ -240,6 +324,44 @@ mod tests {
             Some("doc:acme:7-b")
         );
         assert_eq!(m.lock_of("doc:acme:7-b").as_deref(), Some("t/acme/doc-7-b"));
+    }
+
+    #[test]
+    fn typed_placeholders_pass_canonical_values_on() {
+        let m = mapping("locks/invoice/{id:int}", "invoice:{id}");
+        assert_eq!(
+            m.resource_of("locks/invoice/042").as_deref(),
+            Some("invoice:42")
+        );
+        assert_eq!(m.resource_of("locks/invoice/x42"), None);
+        assert_eq!(m.lock_of("invoice:007").as_deref(), Some("locks/invoice/7"));
+        let uuid = mapping("locks/{id}", "ticket:{id:uuid}");
+        assert_eq!(
+            uuid.resource_of("locks/A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11")
+                .as_deref(),
+            Some("ticket:a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")
+        );
+        // The route's path types what the templates leave untyped.
+        let by_path = LockMapping::parse_typed("locks/{id}", "invoice:{id}", |name| {
+            if name == "id" {
+                InputType::Int
+            } else {
+                InputType::Untyped
+            }
+        })
+        .expect("valid mapping");
+        assert_eq!(
+            by_path.resource_of("locks/0042").as_deref(),
+            Some("invoice:42")
+        );
+        let untyped = mapping("locks/{id}", "invoice:{id}");
+        assert_eq!(
+            untyped.resource_of("locks/042").as_deref(),
+            Some("invoice:042")
+        );
+        let e = LockMapping::parse("locks/{id:int}", "r:{id:uuid}").expect_err("two types");
+        assert_eq!(e.field, "fence.authority.resource_key");
+        assert!(LockMapping::parse("locks/{id:float}", "r:{id}").is_err());
     }
 
     #[test]

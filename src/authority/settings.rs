@@ -9,6 +9,7 @@ use crate::config::{
 };
 
 use super::mapping::{LockMapping, MappingError};
+use crate::input_type::InputType;
 
 /// How to reach the lock service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,10 +40,11 @@ pub struct AuthoritySettings {
 
 impl AuthoritySettings {
     /// Compiles `config`; `route_resource_key` is the route's own template, the default of
-    /// `resource_key`.
+    /// `resource_key`, and `path_type` the type the route's path gives a placeholder.
     pub fn compile(
         config: &AuthorityConfig,
         route_resource_key: Option<&str>,
+        path_type: impl Fn(&str) -> InputType,
     ) -> Result<AuthoritySettings, MappingError> {
         let fail = |field: &'static str, message: &str| MappingError {
             field,
@@ -58,7 +60,7 @@ impl AuthoritySettings {
                 ))
             }
         };
-        let mapping = LockMapping::parse(&config.lock_key, resource_key).map_err(|e| {
+        let mapping = LockMapping::parse_typed(&config.lock_key, resource_key, path_type).map_err(|e| {
             if config.resource_key.is_none() && e.field == "fence.authority.resource_key" {
                 MappingError {
                     field: e.field,

@@ -141,6 +141,8 @@ impl GatewayError {
             GatewayError::NoRoute { .. } => K::NoRoute,
             GatewayError::ReservedNotFound { .. } => K::NoEndpoint,
             GatewayError::MethodNotAllowed { .. } => K::MethodNotAllowed,
+            // A path segment that is not of its declared type is a key input the route refuses.
+            GatewayError::InvalidPath(PathRefusal::NotOfType { .. }) => K::InvalidResourceKey,
             GatewayError::InvalidPath(_) => K::InvalidPath,
             GatewayError::InvalidMethod(_) => K::InvalidMethod,
             GatewayError::InvalidHost(_) => K::InvalidHost,

@@ -189,6 +189,7 @@ fn route_request<B>(
             path: path.to_owned(),
         })?;
     forward_canonical(request, &routed)?;
+    forward_typed_inputs(request, &routed)?;
     check_guarded_request(request, &routed, table)?;
     if !UNFENCED_METHODS.contains(request.method())
         && request.headers().contains_key(super::DESTINATION)
@@ -233,6 +234,27 @@ fn check_guarded_request<B>(
     Ok(())
 }
 
+/// Puts the typed query parameters and headers the route's keys read in the canonical form they
+/// are keyed by (`?id=042` is forwarded as `?id=42`), so the upstream reads the value that was
+/// keyed.
+fn forward_typed_inputs<B>(
+    request: &mut Request<B>,
+    routed: &RouteMatch,
+) -> Result<(), GatewayError> {
+    if !routed.route.typed_inputs {
+        return Ok(());
+    }
+    let query = request.uri().query().map(str::to_owned);
+    let Some(query) = routed
+        .route
+        .canonicalize_inputs(request.headers_mut(), query.as_deref())
+    else {
+        return Ok(());
+    };
+    let target = format!("{}?{query}", request.uri().path());
+    replace_target(request, &target)
+}
+
 /// Whether a canonical path lies under the reserved prefix, in any letter case.
 fn is_reserved(canonical: &str) -> bool {
     canonical
@@ -251,14 +273,19 @@ fn forward_canonical<B>(request: &mut Request<B>, routed: &RouteMatch) -> Result
         Some(query) => format!("{}?{query}", routed.path),
         None => routed.path.clone(),
     };
-    let mut parts = uri.clone().into_parts();
+    replace_target(request, &target)
+}
+
+/// Puts `target` (a path and query the gateway made) in place of the request's.
+fn replace_target<B>(request: &mut Request<B>, target: &str) -> Result<(), GatewayError> {
+    let mut parts = request.uri().clone().into_parts();
     parts.path_and_query = Some(
         target
             .parse()
-            .map_err(|_| GatewayError::Internal("a canonical path did not parse"))?,
+            .map_err(|_| GatewayError::Internal("a canonical target did not parse"))?,
     );
     *request.uri_mut() = http::Uri::from_parts(parts)
-        .map_err(|_| GatewayError::Internal("a canonical path did not make a target"))?;
+        .map_err(|_| GatewayError::Internal("a canonical target did not make a URI"))?;
     Ok(())
 }
 

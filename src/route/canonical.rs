@@ -5,7 +5,7 @@
 use super::MAX_RESOURCE_KEY_LEN;
 
 /// Why a path was refused (400 `invalid-path`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PathRefusal {
     #[error("the path does not start with '/'")]
     NotAbsolute,
@@ -29,6 +29,11 @@ pub enum PathRefusal {
     SegmentTooLong,
     #[error("a path segment the route captures is not UTF-8 once percent-decoded")]
     NotUtf8,
+    #[error("path segment {{{name}}} {refusal}")]
+    NotOfType {
+        name: String,
+        refusal: super::ValueRefusal,
+    },
 }
 
 /// Longest single captured segment (`{name}`): a longer one could never fit in a resource key.

@@ -1,17 +1,18 @@
-//! Path patterns such as `/invoices/{id}/send` or `/files/{*rest}`: parsing and matching.
+//! Path patterns such as `/invoices/{id:int}/send` or `/files/{*rest}`: parsing and matching,
+//! typed segments made canonical in the captures and in the path that is forwarded.
 
 use percent_encoding::percent_decode_str;
 
 use super::canonical::canonical_literal;
 use super::fold::same_ignoring_case;
-use super::{CanonicalPath, PathRefusal, MAX_CAPTURE_LEN};
+use super::{CanonicalPath, InputType, PathRefusal, MAX_CAPTURE_LEN};
 
 /// One segment of a pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
     Literal(Literal),
-    /// `{name}`: exactly one non-empty segment.
-    Param(String),
+    /// `{name}` or `{name:type}`: exactly one non-empty segment.
+    Param(String, InputType),
     /// `{*name}`: the non-empty remainder of the path, slashes included; last only.
     Rest(String),
 }
@@ -69,26 +70,40 @@ pub struct PathPattern {
     segments: Vec<Segment>,
 }
 
+/// One value a match captured: decoded, and canonical when its segment is typed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Capture {
+    name: String,
+    value: String,
+    kind: InputType,
+}
+
 /// The decoded values a match captured, in pattern order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Captures(Vec<(String, String)>);
+pub struct Captures(Vec<Capture>);
 
 impl Captures {
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        self.typed(name).map(|(value, _)| value)
     }
 
-    /// These captures plus `extra` values (path segments win over extras of the same name).
+    /// A capture's value and the type its segment declares.
+    pub fn typed(&self, name: &str) -> Option<(&str, InputType)> {
+        self.0
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| (c.value.as_str(), c.kind))
+    }
+
+    /// These captures plus `extra` values, plain strings (path segments win over extras of the
+    /// same name).
     pub fn with(&self, extra: &[(&str, &str)]) -> Captures {
         let mut all = self.0.clone();
-        all.extend(
-            extra
-                .iter()
-                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned())),
-        );
+        all.extend(extra.iter().map(|(n, v)| Capture {
+            name: (*n).to_owned(),
+            value: (*v).to_owned(),
+            kind: InputType::Str,
+        }));
         Captures(all)
     }
 }
@@ -117,6 +132,10 @@ pub enum PatternError {
     RestNotLast(String),
     #[error("segment {0:?} could never match a request path (empty, a dot segment, `;`, an encoded separator or a malformed escape)")]
     NeverMatches(String),
+    #[error("parameter {0:?}: unknown type (use `:int`, `:uuid` or `:str`)")]
+    UnknownType(String),
+    #[error("`{{*{0}}}` takes the rest of the path and cannot be typed")]
+    TypedRest(String),
 }
 
 /// The pattern in its canonical spelling (`/invoices/{id}`, `/files/{*path}`).
@@ -125,7 +144,7 @@ impl std::fmt::Display for PathPattern {
         for segment in &self.segments {
             match segment {
                 Segment::Literal(literal) => write!(f, "/{}", literal.text)?,
-                Segment::Param(name) => write!(f, "/{{{name}}}")?,
+                Segment::Param(name, kind) => write!(f, "/{{{name}{kind}}}")?,
                 Segment::Rest(name) => write!(f, "/{{*{name}}}")?,
             }
         }
@@ -157,10 +176,10 @@ impl PathPattern {
                     return Err(PatternError::RestNotLast(name.clone()));
                 }
             }
-            if let Segment::Param(name) | Segment::Rest(name) = &segment {
+            if let Segment::Param(name, _) | Segment::Rest(name) = &segment {
                 if segments
                     .iter()
-                    .any(|s| matches!(s, Segment::Param(n) | Segment::Rest(n) if n == name))
+                    .any(|s| matches!(s, Segment::Param(n, _) | Segment::Rest(n) if n == name))
                 {
                     return Err(PatternError::DuplicateName(name.clone()));
                 }
@@ -172,10 +191,23 @@ impl PathPattern {
 
     /// Names this pattern captures.
     pub fn param_names(&self) -> impl Iterator<Item = &str> + Clone {
+        self.params().map(|(name, _)| name)
+    }
+
+    /// Names this pattern captures, with the type each declares (a `{*rest}` is a plain string).
+    pub fn params(&self) -> impl Iterator<Item = (&str, InputType)> + Clone {
         self.segments.iter().filter_map(|s| match s {
-            Segment::Param(n) | Segment::Rest(n) => Some(n.as_str()),
+            Segment::Param(n, kind) => Some((n.as_str(), *kind)),
+            Segment::Rest(n) => Some((n.as_str(), InputType::Str)),
             Segment::Literal(_) => None,
         })
+    }
+
+    /// The type parameter `name` declares, if the pattern has it.
+    pub fn param_type(&self, name: &str) -> Option<InputType> {
+        self.params()
+            .find(|(n, _)| *n == name)
+            .map(|(_, kind)| kind)
     }
 
     /// The literal prefix before the first parameter (used to keep routes out of reserved space).
@@ -203,12 +235,14 @@ impl PathPattern {
             };
             match (mine, theirs) {
                 (Segment::Rest(_), _) => return true,
-                (Segment::Param(_), Segment::Literal(l)) => {
+                (Segment::Param(..), Segment::Literal(l)) => {
                     if l.text.is_empty() {
                         return false;
                     }
                 }
-                (Segment::Param(_), Segment::Param(_)) => {}
+                // A typed parameter refuses what is not of its type rather than letting a later
+                // route have it, so it covers any parameter.
+                (Segment::Param(..), Segment::Param(..)) => {}
                 (Segment::Literal(a), Segment::Literal(b)) => {
                     let same = if case_sensitive {
                         a.decoded == b.decoded
@@ -234,7 +268,7 @@ impl PathPattern {
             };
             let fits = match segment {
                 Segment::Literal(literal) => literal.matches(part, case_sensitive),
-                Segment::Param(_) => !part.is_empty(),
+                Segment::Param(..) => !part.is_empty(),
                 Segment::Rest(_) => return segments[i..].iter().any(|p| !p.is_empty()),
             };
             if !fits {
@@ -262,14 +296,15 @@ impl PathPattern {
             .zip(&parts)
             .all(|(segment, part)| match segment {
                 Segment::Literal(literal) => literal.matches(part, case_sensitive),
-                Segment::Param(_) | Segment::Rest(_) => true,
+                Segment::Param(..) | Segment::Rest(_) => true,
             })
     }
 
-    /// Matches a canonical path; captured values are decoded. Literals compare
-    /// ASCII-case-insensitively unless `case_sensitive`. A path with this pattern's shape whose
-    /// capture is oversized or not UTF-8 once decoded is `Err`: the request was meant for this
-    /// route and is malformed, rather than meant for another route.
+    /// Matches a canonical path; captured values are decoded, and typed ones made canonical in
+    /// the captures and in the path to forward. Literals compare ASCII-case-insensitively unless
+    /// `case_sensitive`. A path with this pattern's shape whose capture is oversized, not UTF-8
+    /// once decoded, or not of its segment's type is `Err`: the request was meant for this route
+    /// and is malformed, rather than meant for another route.
     pub fn match_path(
         &self,
         path: &CanonicalPath,
@@ -296,27 +331,35 @@ impl PathPattern {
         let mut forward = String::with_capacity(size);
         let mut captures = Vec::new();
         let mut refusal = None;
-        let mut capture = |name: &str, raw: &str, limit: usize| {
-            match check_capture(raw, limit) {
-                Ok(value) => captures.push((name.to_owned(), value)),
+        for (i, segment) in self.segments.iter().enumerate() {
+            forward.push('/');
+            let (name, raw, limit, kind) = match segment {
+                Segment::Literal(literal) => {
+                    forward.push_str(&literal.text);
+                    continue;
+                }
+                Segment::Param(name, kind) => {
+                    (name, segments[i].to_owned(), MAX_CAPTURE_LEN, *kind)
+                }
+                Segment::Rest(name) => (name, segments[i..].join("/"), usize::MAX, InputType::Str),
+            };
+            match check_capture(name, &raw, limit, kind) {
+                Ok(value) => {
+                    // A typed value is forwarded in the canonical form it is keyed by.
+                    let typed = matches!(kind, InputType::Int | InputType::Uuid);
+                    forward.push_str(if typed { &value } else { &raw });
+                    captures.push(Capture {
+                        name: name.clone(),
+                        value,
+                        kind,
+                    });
+                }
                 Err(why) => {
                     refusal.get_or_insert(why);
                 }
-            };
-        };
-        for (i, segment) in self.segments.iter().enumerate() {
-            forward.push('/');
-            match segment {
-                Segment::Literal(literal) => forward.push_str(&literal.text),
-                Segment::Param(name) => {
-                    capture(name, segments[i], MAX_CAPTURE_LEN);
-                    forward.push_str(segments[i]);
-                }
-                Segment::Rest(name) => {
-                    let rest = segments[i..].join("/");
-                    capture(name, &rest, usize::MAX);
-                    forward.push_str(&rest);
-                }
+            }
+            if matches!(segment, Segment::Rest(_)) {
+                break;
             }
         }
         if trailing_slash {
@@ -334,18 +377,26 @@ impl PathPattern {
 
 fn parse_segment(part: &str, only: bool) -> Result<Segment, PatternError> {
     if let Some(inner) = part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
-        let (name, rest) = match inner.strip_prefix('*') {
+        let (inner, rest) = match inner.strip_prefix('*') {
             Some(name) => (name, true),
             None => (inner, false),
+        };
+        let (name, kind) = match inner.split_once(':') {
+            Some((name, suffix)) => {
+                let kind = InputType::from_suffix(suffix)
+                    .ok_or_else(|| PatternError::UnknownType(inner.to_owned()))?;
+                (name, kind)
+            }
+            None => (inner, InputType::Untyped),
         };
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(PatternError::BadName(name.to_owned()));
         }
-        return Ok(if rest {
-            Segment::Rest(name.to_owned())
-        } else {
-            Segment::Param(name.to_owned())
-        });
+        return match (rest, kind) {
+            (true, InputType::Untyped) => Ok(Segment::Rest(name.to_owned())),
+            (true, _) => Err(PatternError::TypedRest(name.to_owned())),
+            (false, kind) => Ok(Segment::Param(name.to_owned(), kind)),
+        };
     }
     if part.contains('{') || part.contains('}') {
         return Err(PatternError::PartialParam(part.to_owned()));
@@ -360,15 +411,30 @@ fn parse_segment(part: &str, only: bool) -> Result<Segment, PatternError> {
     }
 }
 
-/// A captured value, decoded, or why it cannot be one.
-fn check_capture(raw: &str, limit: usize) -> Result<String, PathRefusal> {
+/// A captured segment decoded, and made canonical when it is typed; or why it cannot be one.
+fn check_capture(
+    name: &str,
+    raw: &str,
+    limit: usize,
+    kind: InputType,
+) -> Result<String, PathRefusal> {
     if raw.len() > limit {
         return Err(PathRefusal::SegmentTooLong);
     }
-    percent_decode_str(raw)
+    let decoded = percent_decode_str(raw)
         .decode_utf8()
-        .map(|s| s.into_owned())
-        .map_err(|_| PathRefusal::NotUtf8)
+        .map_err(|_| PathRefusal::NotUtf8)?;
+    // An untyped value is checked only where a key reads it, on a method the route guards.
+    if matches!(kind, InputType::Untyped | InputType::Str) {
+        return Ok(decoded.into_owned());
+    }
+    match kind.read(&decoded) {
+        Ok(canonical) => Ok(canonical.into_owned()),
+        Err(refusal) => Err(PathRefusal::NotOfType {
+            name: name.to_owned(),
+            refusal,
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -446,6 +512,60 @@ mod tests {
         );
         // Another shape is a miss, whatever its captures look like.
         assert_eq!(p.match_path(&path("/other/%ff/send"), false), Ok(None));
+    }
+
+    #[test]
+    fn typed_segments_are_captured_and_forwarded_canonical() {
+        let p = PathPattern::parse("/orders/{id:int}/lines/{line:uuid}").unwrap();
+        assert_eq!(p.to_string(), "/orders/{id:int}/lines/{line:uuid}");
+        let found = matches(
+            &p,
+            "/Orders/0042/lines/%7BA0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11%7D/",
+        )
+        .unwrap();
+        assert_eq!(found.captures.get("id"), Some("42"));
+        assert_eq!(
+            found.captures.typed("line"),
+            Some(("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", InputType::Uuid))
+        );
+        assert_eq!(
+            found.path,
+            "/orders/42/lines/a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11/"
+        );
+        // A value not of its type is the route's refusal, not another route's match.
+        for bad in [
+            "/orders/+42/lines/x",
+            "/orders/4%202/lines/x",
+            "/orders/42/lines/1-2-3-4-5",
+        ] {
+            let path = canonicalize(bad).unwrap();
+            assert!(
+                matches!(
+                    p.match_path(&path, false),
+                    Err(PathRefusal::NotOfType { .. })
+                ),
+                "{bad}"
+            );
+        }
+        // Untyped and `:str` segments are kept as sent.
+        let s = PathPattern::parse("/a/{x:str}/{y}").unwrap();
+        let found = matches(&s, "/a/042/%2B42").unwrap();
+        assert_eq!(found.path, "/a/042/%2B42");
+        assert_eq!(found.captures.typed("x"), Some(("042", InputType::Str)));
+        assert_eq!(found.captures.typed("y"), Some(("+42", InputType::Untyped)));
+        assert!(matches!(
+            PathPattern::parse("/a/{x:float}"),
+            Err(PatternError::UnknownType(_))
+        ));
+        assert!(matches!(
+            PathPattern::parse("/a/{*x:int}"),
+            Err(PatternError::TypedRest(_))
+        ));
+        // A typed parameter covers any later parameter: it refuses what is not of its type.
+        assert!(p.covers(
+            &PathPattern::parse("/orders/{slug}/lines/{l}").unwrap(),
+            false
+        ));
     }
 
     #[test]

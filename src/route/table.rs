@@ -3,12 +3,14 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use http::{HeaderName, Method};
+use http::{HeaderMap, HeaderName, Method};
 
 use super::idempotency::IdempotencySettings;
 use super::upstream::UpstreamTarget;
 use super::upstream_headers::{compile_strip_list, UpstreamHeaders};
-use super::{CanonicalPath, Captures, FencedMethods, KeyTemplate, PathPattern, PathRefusal};
+use super::{
+    CanonicalPath, Captures, FencedMethods, InputType, KeyTemplate, PathPattern, PathRefusal,
+};
 use crate::authority::AuthoritySettings;
 use crate::config::{
     CollectionWrites, Compare, FenceMode, FormatSuffix, OnStoreError, Ordering, PathParameters,
@@ -43,6 +45,8 @@ pub struct CompiledRoute {
     /// Response headers removed before answering.
     pub strip_response_headers: Vec<HeaderName>,
     pub resource_key: Option<KeyTemplate>,
+    /// Whether a key reads a typed query parameter or header, which forwarding makes canonical.
+    pub typed_inputs: bool,
     pub timeout: Duration,
     pub trust_forwarded: bool,
     pub preserve_host: bool,
@@ -91,6 +95,50 @@ impl CompiledRoute {
     /// layer: a request the gateway must not let reach another resource than the one it keyed.
     pub fn guards(&self, method: &Method) -> bool {
         self.fences(method) || (self.idempotency.is_some() && self.fenced_methods.contains(method))
+    }
+
+    /// The key templates of the route: its resource key and its idempotency key.
+    fn key_templates(&self) -> impl Iterator<Item = &KeyTemplate> {
+        self.resource_key
+            .iter()
+            .chain(self.idempotency.as_ref().map(|settings| &settings.key))
+    }
+
+    /// Puts the typed query parameters and headers the route's keys read in the canonical form
+    /// they are keyed by (typed path segments already are, in the matched path): headers in
+    /// place, and the query returned when it changed.
+    pub fn canonicalize_inputs(
+        &self,
+        headers: &mut HeaderMap,
+        query: Option<&str>,
+    ) -> Option<String> {
+        let mut rewritten: Option<String> = None;
+        if !self.typed_inputs {
+            return None;
+        }
+        for template in self.key_templates().filter(|t| t.has_typed_inputs()) {
+            let current = rewritten.as_deref().or(query);
+            if let Some(query) = template.canonicalize_inputs(headers, current) {
+                rewritten = Some(query);
+            }
+        }
+        rewritten
+    }
+
+    /// The placeholders of the route's keys that declare no type (`{id}`, `{query:id}`), which
+    /// the untyped rule applies to; for `check-config`.
+    pub fn untyped_placeholders(&self) -> Vec<String> {
+        // Names that are no segment are the idempotency template's extras: plain strings.
+        let segment_type = |name: &str| self.pattern.param_type(name).unwrap_or(InputType::Str);
+        let mut found: Vec<String> = Vec::new();
+        for template in self.key_templates() {
+            for placeholder in template.untyped_placeholders(segment_type) {
+                if !found.contains(&placeholder) {
+                    found.push(placeholder);
+                }
+            }
+        }
+        found
     }
 }
 
@@ -360,8 +408,10 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
             ))
         }
         Some(table) => Some(Arc::new(
-            AuthoritySettings::compile(table, config.resource_key.as_deref())
-                .map_err(|e| error(config, e.field, e.message))?,
+            AuthoritySettings::compile(table, config.resource_key.as_deref(), |name| {
+                pattern.param_type(name).unwrap_or_default()
+            })
+            .map_err(|e| error(config, e.field, e.message))?,
         )),
     };
     let idempotency = match &config.idempotency {
@@ -371,7 +421,12 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
                 .map_err(|e| error(config, e.field, e.message))?,
         ),
     };
+    let typed_inputs = resource_key
+        .iter()
+        .chain(idempotency.as_ref().map(|settings| &settings.key))
+        .any(KeyTemplate::has_typed_inputs);
     Ok(CompiledRoute {
+        typed_inputs,
         idempotency,
         name: config.name.clone(),
         pattern,

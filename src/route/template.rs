@@ -1,10 +1,13 @@
-//! Resource-key templates such as `invoice:{id}` or `tenant:{header:X-Tenant}:{query:doc}`:
-//! parsing against the names a path pattern captures, and rendering from a request.
+//! Resource-key templates such as `invoice:{id}` or `tenant:{header:X-Tenant}:{query:doc:int}`:
+//! parsing against the names a path pattern captures, rendering from a request (each value read
+//! as its type says), and putting typed query and header inputs in their canonical form.
 
-use http::HeaderMap;
+use std::borrow::Cow;
+
+use http::{HeaderMap, HeaderValue};
 use percent_encoding::percent_decode_str;
 
-use super::{same_ignoring_case, Captures};
+use super::{same_ignoring_case, Captures, InputType, ValueRefusal};
 
 /// Longest resource key the gateway accepts; keeps store rows and log lines bounded.
 pub const MAX_RESOURCE_KEY_LEN: usize = 512;
@@ -12,9 +15,10 @@ pub const MAX_RESOURCE_KEY_LEN: usize = 512;
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Part {
     Text(String),
+    /// A path segment; its type is the one the route's path declares.
     Segment(String),
-    Header(http::HeaderName),
-    Query(String),
+    Header(http::HeaderName, InputType),
+    Query(String, InputType),
 }
 
 /// A compiled resource-key template.
@@ -37,9 +41,11 @@ pub enum TemplateError {
     #[error("placeholder {{{0}}}: not a valid header name")]
     BadHeader(String),
     #[error(
-        "placeholder {{{0}}}: unknown kind (use {{segment}}, {{header:Name}} or {{query:name}})"
+        "placeholder {{{0}}}: unknown kind (use {{segment}}, {{header:Name}} or {{query:name}}, each optionally typed with `:int`, `:uuid` or `:str`)"
     )]
     UnknownKind(String),
+    #[error("placeholder {{{0}}}: a path segment's type is declared in the route's path (`/orders/{{id:int}}`), so that the forwarded path is made canonical too")]
+    TypedSegment(String),
     #[error("unbalanced '{{' or '}}'")]
     Unbalanced,
     #[error("the template is empty")]
@@ -67,6 +73,11 @@ pub enum RenderError {
     FormBody(String),
     #[error("the resource key is longer than {MAX_RESOURCE_KEY_LEN} bytes")]
     TooLong,
+    #[error("the resource key's {input} {refusal}")]
+    Value {
+        input: String,
+        refusal: ValueRefusal,
+    },
 }
 
 /// The template as a route's configuration would spell it.
@@ -76,8 +87,8 @@ impl std::fmt::Display for KeyTemplate {
             match part {
                 Part::Text(text) => f.write_str(text)?,
                 Part::Segment(name) => write!(f, "{{{name}}}")?,
-                Part::Header(name) => write!(f, "{{header:{name}}}")?,
-                Part::Query(name) => write!(f, "{{query:{name}}}")?,
+                Part::Header(name, kind) => write!(f, "{{header:{name}{kind}}}")?,
+                Part::Query(name, kind) => write!(f, "{{query:{name}{kind}}}")?,
             }
         }
         Ok(())
@@ -120,19 +131,29 @@ impl KeyTemplate {
         Ok(KeyTemplate { parts })
     }
 
-    /// Renders the key for one request.
+    /// Renders the key for one request: typed values in their canonical form, untyped ones
+    /// refused when frameworks would read them as a number or UUID spelled another way.
     pub fn render(&self, request: &RequestParts<'_>) -> Result<String, RenderError> {
         let mut key = String::new();
         for part in &self.parts {
             match part {
                 Part::Text(text) => key.push_str(text),
-                Part::Segment(name) => key.push_str(request.captures.get(name).unwrap_or_default()),
-                Part::Header(name) => key.push_str(single_header(request.headers, name)?),
-                Part::Query(name) => {
-                    if has_form_body(request.headers) {
-                        return Err(RenderError::FormBody(name.clone()));
-                    }
-                    key.push_str(&single_query_value(request.query, name)?)
+                Part::Segment(name) => {
+                    let (value, kind) = request.captures.typed(name).unwrap_or_default();
+                    // Typed segments were made canonical when the path matched.
+                    key.push_str(&read_value(kind, value, || {
+                        format!("path segment {{{name}}}")
+                    })?);
+                }
+                Part::Header(name, kind) => {
+                    let value = single_header(request.headers, name)?;
+                    key.push_str(&read_value(*kind, value, || format!("header {name}"))?);
+                }
+                Part::Query(name, kind) => {
+                    let value = query_input(request, name)?;
+                    key.push_str(&read_value(*kind, &value, || {
+                        format!("query parameter {name:?}")
+                    })?);
                 }
             }
             if key.len() > MAX_RESOURCE_KEY_LEN {
@@ -141,6 +162,110 @@ impl KeyTemplate {
         }
         Ok(key)
     }
+
+    /// Whether the template reads a typed query parameter or header, which
+    /// [`canonicalize_inputs`](Self::canonicalize_inputs) may rewrite.
+    pub fn has_typed_inputs(&self) -> bool {
+        self.parts.iter().any(
+            |part| matches!(part, Part::Header(_, kind) | Part::Query(_, kind) if is_typed(*kind)),
+        )
+    }
+
+    /// The placeholders that carry no type, as the template spells them (`{id}`,
+    /// `{header:X-Tenant}`); `segment_type` gives a path segment's declared type.
+    pub fn untyped_placeholders(&self, segment_type: impl Fn(&str) -> InputType) -> Vec<String> {
+        self.parts
+            .iter()
+            .filter_map(|part| match part {
+                Part::Segment(name) if segment_type(name) == InputType::Untyped => {
+                    Some(format!("{{{name}}}"))
+                }
+                Part::Header(name, InputType::Untyped) => Some(format!("{{header:{name}}}")),
+                Part::Query(name, InputType::Untyped) => Some(format!("{{query:{name}}}")),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Puts each typed query parameter and header this template reads in the canonical form it
+    /// is keyed by, so that the upstream reads the value that was keyed: headers in place, the
+    /// query returned when it changed. An input that cannot be read is left as it is (rendering
+    /// the key refuses it).
+    pub fn canonicalize_inputs(
+        &self,
+        headers: &mut HeaderMap,
+        query: Option<&str>,
+    ) -> Option<String> {
+        let mut rewritten: Option<String> = None;
+        for part in &self.parts {
+            match part {
+                Part::Header(name, kind) if is_typed(*kind) => {
+                    let Ok(value) = single_header(headers, name) else {
+                        continue;
+                    };
+                    if let Ok(Cow::Owned(canonical)) = kind.read(value) {
+                        if let Ok(canonical) = HeaderValue::from_str(&canonical) {
+                            headers.insert(name.clone(), canonical);
+                        }
+                    }
+                }
+                Part::Query(name, kind) if is_typed(*kind) => {
+                    let current = rewritten.as_deref().or(query);
+                    let Ok(pair) = single_query_pair(current, name) else {
+                        continue;
+                    };
+                    let Some(value) = form_decode(pair_value(pair)) else {
+                        continue;
+                    };
+                    if let Ok(Cow::Owned(canonical)) = kind.read(&value) {
+                        let raw_name = pair.split_once('=').map_or(pair, |(n, _)| n);
+                        let replaced = format!("{raw_name}={canonical}");
+                        let whole = current.unwrap_or_default();
+                        let query = whole
+                            .split('&')
+                            .map(|piece| {
+                                if piece == pair {
+                                    replaced.as_str()
+                                } else {
+                                    piece
+                                }
+                            })
+                            .collect::<Vec<_>>()
+                            .join("&");
+                        rewritten = Some(query);
+                    }
+                }
+                _ => {}
+            }
+        }
+        rewritten
+    }
+}
+
+/// Whether a value of this type is rewritten to a canonical form.
+fn is_typed(kind: InputType) -> bool {
+    matches!(kind, InputType::Int | InputType::Uuid)
+}
+
+/// `value` read as `kind` says; `input` names it for the refusal.
+fn read_value<'v>(
+    kind: InputType,
+    value: &'v str,
+    input: impl FnOnce() -> String,
+) -> Result<Cow<'v, str>, RenderError> {
+    kind.read(value).map_err(|refusal| RenderError::Value {
+        input: input(),
+        refusal,
+    })
+}
+
+/// The one value of query parameter `name`, refused when the body is a form (its fields are
+/// read in place of the query's by some upstreams).
+fn query_input(request: &RequestParts<'_>, name: &str) -> Result<String, RenderError> {
+    if has_form_body(request.headers) {
+        return Err(RenderError::FormBody(name.to_owned()));
+    }
+    single_query_value(request.query, name)
 }
 
 fn parse_placeholder<'a>(
@@ -155,10 +280,22 @@ fn parse_placeholder<'a>(
                 Err(TemplateError::UnknownSegment(name.to_owned()))
             }
         }
-        Some(("header", header)) => http::HeaderName::from_bytes(header.as_bytes())
-            .map(Part::Header)
-            .map_err(|_| TemplateError::BadHeader(name.to_owned())),
-        Some(("query", query)) if !query.is_empty() => Ok(Part::Query(query.to_owned())),
+        Some(("header", header)) => {
+            let (header, kind) = InputType::split_suffix(header);
+            http::HeaderName::from_bytes(header.as_bytes())
+                .map(|header| Part::Header(header, kind))
+                .map_err(|_| TemplateError::BadHeader(name.to_owned()))
+        }
+        Some(("query", query)) => match InputType::split_suffix(query) {
+            ("", _) => Err(TemplateError::UnknownKind(name.to_owned())),
+            (query, kind) => Ok(Part::Query(query.to_owned(), kind)),
+        },
+        Some((segment, suffix))
+            if InputType::from_suffix(suffix).is_some()
+                && segments.clone().any(|s| s == segment) =>
+        {
+            Err(TemplateError::TypedSegment(name.to_owned()))
+        }
         Some(_) => Err(TemplateError::UnknownKind(name.to_owned())),
     }
 }
@@ -205,6 +342,18 @@ fn has_underscore_twin(headers: &HeaderMap, name: &http::HeaderName) -> bool {
 /// that one of them would read as `name` is a repeat, and the value must be the same whether `;`
 /// separates or not.
 fn single_query_value(query: Option<&str>, name: &str) -> Result<String, RenderError> {
+    let pair = single_query_pair(query, name)?;
+    let value =
+        form_decode(pair_value(pair)).ok_or_else(|| RenderError::RepeatedQuery(name.to_owned()))?;
+    if value.is_empty() {
+        return Err(RenderError::EmptyQuery(name.to_owned()));
+    }
+    Ok(value)
+}
+
+/// The one `name=value` pair of the query that every upstream reads as `name` (see
+/// [`single_query_value`]), as sent.
+fn single_query_pair<'q>(query: Option<&'q str>, name: &str) -> Result<&'q str, RenderError> {
     let repeated = || RenderError::RepeatedQuery(name.to_owned());
     let mut found: Option<&str> = None;
     for pair in query.unwrap_or("").split(['&', ';']) {
@@ -225,12 +374,12 @@ fn single_query_value(query: Option<&str>, name: &str) -> Result<String, RenderE
     if query.unwrap_or("").split('&').all(|whole| whole != pair) {
         return Err(repeated());
     }
-    let raw_value = pair.split_once('=').map_or("", |(_, v)| v);
-    let value = form_decode(raw_value).ok_or_else(repeated)?;
-    if value.is_empty() {
-        return Err(RenderError::EmptyQuery(name.to_owned()));
-    }
-    Ok(value)
+    Ok(pair)
+}
+
+/// The raw value of a `name=value` pair (empty without `=`).
+fn pair_value(pair: &str) -> &str {
+    pair.split_once('=').map_or("", |(_, v)| v)
 }
 
 /// Whether some upstream reads a parameter called `candidate` (decoded) as `name`: the same name
@@ -419,6 +568,116 @@ mod tests {
         assert!(matches!(
             render("{header:X-Tenant}", path, &twins, None),
             Err(RenderError::RepeatedHeader(_))
+        ));
+    }
+
+    #[test]
+    fn typed_inputs_are_keyed_canonical_and_untyped_lookalikes_refused() {
+        let path = "/t/a/invoices/1";
+        let none = HeaderMap::new();
+        assert_eq!(
+            render("k:{query:id:int}", path, &none, Some("id=007")).unwrap(),
+            "k:7"
+        );
+        assert_eq!(
+            render(
+                "k:{query:id:uuid}",
+                path,
+                &none,
+                Some("id=%7BA0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11%7D")
+            )
+            .unwrap(),
+            "k:a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+        );
+        assert!(matches!(
+            render("k:{query:id:int}", path, &none, Some("id=%2B7")),
+            Err(RenderError::Value {
+                refusal: ValueRefusal::NotInt,
+                ..
+            })
+        ));
+        assert_eq!(
+            render("k:{query:id:str}", path, &none, Some("id=007")).unwrap(),
+            "k:007"
+        );
+        for (query, refusal) in [
+            ("id=007", ValueRefusal::NumberSpelling),
+            ("id=+7", ValueRefusal::Spacing),
+            (
+                "id=A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11",
+                ValueRefusal::UuidSpelling,
+            ),
+        ] {
+            assert_eq!(
+                render("k:{query:id}", path, &none, Some(query)),
+                Err(RenderError::Value {
+                    input: "query parameter \"id\"".into(),
+                    refusal
+                }),
+                "{query}"
+            );
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert("x-shipment", "0042".parse().unwrap());
+        assert_eq!(
+            render("s:{header:X-Shipment:int}", path, &headers, None).unwrap(),
+            "s:42"
+        );
+        assert!(matches!(
+            render("s:{header:X-Shipment}", path, &headers, None),
+            Err(RenderError::Value { .. })
+        ));
+        // An untyped path segment is held to the same rule.
+        assert!(matches!(
+            render("k:{id}", "/t/a/invoices/042", &none, None),
+            Err(RenderError::Value { .. })
+        ));
+        assert_eq!(
+            render("k:{id}", "/t/a/invoices/42", &none, None).unwrap(),
+            "k:42"
+        );
+    }
+
+    #[test]
+    fn typed_query_and_header_inputs_are_forwarded_canonical() {
+        let names = ["id"];
+        let t = KeyTemplate::parse(
+            "k:{query:id:int}:{header:X-Crate:uuid}:{query:v}",
+            names.iter().copied(),
+        )
+        .unwrap();
+        assert!(t.has_typed_inputs());
+        assert_eq!(
+            t.to_string(),
+            "k:{query:id:int}:{header:x-crate:uuid}:{query:v}"
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-crate",
+            "A0EEBC999C0B4EF8BB6D6BB9BD380A11".parse().unwrap(),
+        );
+        let query = t.canonicalize_inputs(&mut headers, Some("v=007&id=007&w=1"));
+        assert_eq!(query.as_deref(), Some("v=007&id=7&w=1"));
+        assert_eq!(
+            headers.get("x-crate").unwrap(),
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+        );
+        // Canonical already, or unreadable: nothing changes (rendering refuses the latter).
+        assert_eq!(t.canonicalize_inputs(&mut headers, Some("id=7")), None);
+        assert_eq!(t.canonicalize_inputs(&mut headers, Some("id=7&id=8")), None);
+        let untyped = KeyTemplate::parse("k:{query:id}", names.iter().copied()).unwrap();
+        assert!(!untyped.has_typed_inputs());
+        assert_eq!(
+            untyped.untyped_placeholders(|_| InputType::Untyped),
+            vec!["{query:id}".to_owned()]
+        );
+        assert_eq!(
+            t.untyped_placeholders(|_| InputType::Untyped),
+            vec!["{query:v}".to_owned()]
+        );
+        assert!(matches!(
+            KeyTemplate::parse("k:{id:int}", names.iter().copied()),
+            Err(TemplateError::TypedSegment(_))
         ));
     }
 

@@ -1,6 +1,7 @@
-//! Differential tests against real, unmodified upstream frameworks (Flask/Werkzeug, Express, Go's
-//! net/http, nginx WebDAV): every way of spelling a write that we know of — methods, paths,
-//! queries, headers, hosts, WebDAV destinations — is sent through the gateway, and each
+//! Differential tests against real, unmodified upstream frameworks (Flask/Werkzeug, Django,
+//! Express, Go's net/http, Rails, Spring MVC, nginx WebDAV): every way of spelling a write that
+//! we know of — methods, paths, queries, headers, hosts, WebDAV destinations, and ids the
+//! framework parses as integers or UUIDs — is sent through the gateway, and each
 //! framework's own record of what it applied is checked. For every variant, either the gateway
 //! refused it, or the framework applied it to a resource whose key the gateway fenced with that
 //! very token. With the marks of the fenced keys at 10 and the variants carrying 5, that means no
@@ -25,7 +26,25 @@ const FRESH_BASE: u64 = 1000;
 
 /// The resources the fenced routes below name, in the frameworks' spelling: a write applied to
 /// one of them must have been fenced under exactly that key.
-const FENCED_PREFIXES: [&str; 4] = ["invoice:", "acct:", "doc:", "file:"];
+const FENCED_PREFIXES: [&str; 12] = [
+    "invoice:",
+    "acct:",
+    "doc:",
+    "file:",
+    "order:",
+    "parcel:",
+    "ticket:",
+    "badge:",
+    "ledger:",
+    "tally:",
+    "shipment:",
+    "crate:",
+];
+
+/// The id the typed-id resources are written as, and the one UUID (it starts with a letter, so
+/// its canonical form passes the untyped rule).
+const INT_ID: &str = "42";
+const UUID_ID: &str = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11";
 
 /// One way of sending a write.
 #[derive(Debug, Clone)]
@@ -291,6 +310,7 @@ fn variants(shape: &Shape, host: &str) -> Vec<Variant> {
         &[("Destination", "/elsewhere"), ("Destination", &canonical)],
     ));
     if shape.keyed_inputs {
+        all.extend(typed_variants());
         for query in [
             "id=7",
             "id=7&id=42",
@@ -348,6 +368,108 @@ fn variants(shape: &Shape, host: &str) -> Vec<Variant> {
     all
 }
 
+/// Spellings of the integer 42 that some framework reads as 42 (or that look like it), as they
+/// go into a path segment; `{sp}` stands for an encoded space.
+const INT_SPELLINGS: [&str; 17] = [
+    "42",
+    "042",
+    "0042",
+    "%2B42",
+    "-42",
+    "%2042",
+    "42%20",
+    "%0942",
+    "4_2",
+    "%EF%BC%94%EF%BC%92",
+    "0x2A",
+    "42abc",
+    "4.2e1",
+    "42.0",
+    "%2342",
+    "4%202",
+    "42.json",
+];
+
+/// Spellings of [`UUID_ID`] (and one of Java's short forms), as they go into a path segment.
+fn uuid_spellings() -> Vec<String> {
+    let upper = UUID_ID.to_uppercase();
+    let bare = UUID_ID.replace('-', "");
+    vec![
+        UUID_ID.to_owned(),
+        upper.clone(),
+        format!("%7B{UUID_ID}%7D"),
+        bare.clone(),
+        bare.to_uppercase(),
+        format!("urn:uuid:{UUID_ID}"),
+        format!("%20{UUID_ID}"),
+        // PostgreSQL reads a hyphen after any group of four digits.
+        "a0ee-bc99-9c0b-4ef8-bb6d-6bb9-bd38-0a11".to_owned(),
+        // Java's UUID.fromString reads five hex fields of any width.
+        "a0eebc99-9c0b-4ef8-bb6d-00006bb9bd380a11".to_owned(),
+        "a-b-c-d-e".to_owned(),
+    ]
+}
+
+/// The typed-id families: every spelling of the integer and UUID ids in a path segment, a query
+/// parameter and a header, on routes that type them and on routes that leave them untyped.
+fn typed_variants() -> Vec<Variant> {
+    let mut all = Vec::new();
+    let uuids = uuid_spellings();
+    let ints: Vec<String> = INT_SPELLINGS.iter().map(|s| (*s).to_owned()).collect();
+    for (collection, spellings) in [
+        ("orders", &ints),
+        ("parcels", &ints),
+        ("tickets", &uuids),
+        ("badges", &uuids),
+    ] {
+        for id in spellings.iter() {
+            let target = format!("/{collection}/{id}");
+            all.push(variant(
+                &format!("typed path {target}"),
+                "PUT",
+                &target,
+                &[],
+            ));
+        }
+    }
+    // Query values: `+` is a space in a form-encoded query, `%2B` a plus.
+    for (collection, spellings) in [("ledgers", &ints), ("tallies", &uuids)] {
+        for id in spellings.iter().chain([&"+42".to_owned()]) {
+            let target = format!("/{collection}?id={id}");
+            all.push(variant(
+                &format!("typed query {target}"),
+                "PUT",
+                &target,
+                &[],
+            ));
+        }
+    }
+    // Header values, as sent on the wire (decoded): surrounding spaces are the field's own.
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    for (collection, header, spellings) in [
+        ("shipments", "X-Shipment", &ints),
+        ("crates", "X-Crate", &uuids),
+    ] {
+        for id in spellings.iter() {
+            let value = decode(id);
+            if value.contains(['\t', '\n']) {
+                continue;
+            }
+            all.push(variant(
+                &format!("typed header {header}: {value:?}"),
+                "PUT",
+                &format!("/{collection}"),
+                &[(header, &value)],
+            ));
+        }
+    }
+    all
+}
+
 /// The gateway's routes in front of `upstream`: fenced resources plus a `mode = "off"`
 /// catch-all, as the shipped configuration has them.
 fn routes(framework: Framework, upstream: SocketAddr) -> String {
@@ -378,6 +500,54 @@ name = "docs"
 path = "/docs/{id}"
 upstream = "http://UPSTREAM"
 resource_key = "doc:{header:X-Tenant}:{id}"
+
+[[routes]]
+name = "orders"
+path = "/orders/{id:int}"
+upstream = "http://UPSTREAM"
+resource_key = "order:{id}"
+
+[[routes]]
+name = "parcels"
+path = "/parcels/{id}"
+upstream = "http://UPSTREAM"
+resource_key = "parcel:{id}"
+
+[[routes]]
+name = "tickets"
+path = "/tickets/{id:uuid}"
+upstream = "http://UPSTREAM"
+resource_key = "ticket:{id}"
+
+[[routes]]
+name = "badges"
+path = "/badges/{id}"
+upstream = "http://UPSTREAM"
+resource_key = "badge:{id}"
+
+[[routes]]
+name = "ledgers"
+path = "/ledgers"
+upstream = "http://UPSTREAM"
+resource_key = "ledger:{query:id:int}"
+
+[[routes]]
+name = "tallies"
+path = "/tallies"
+upstream = "http://UPSTREAM"
+resource_key = "tally:{query:id}"
+
+[[routes]]
+name = "shipments"
+path = "/shipments"
+upstream = "http://UPSTREAM"
+resource_key = "shipment:{header:X-Shipment}"
+
+[[routes]]
+name = "crates"
+path = "/crates"
+upstream = "http://UPSTREAM"
+resource_key = "crate:{header:X-Crate:uuid}"
 "#
     };
     format!(
@@ -394,12 +564,21 @@ mode = "off"
 }
 
 /// The keys claimed at [`MARK`] before the stale pass.
-fn claimed_keys(framework: Framework) -> &'static [&'static str] {
+fn claimed_keys(framework: Framework) -> Vec<String> {
     if framework == Framework::NginxDav {
-        &["file:acct1"]
-    } else {
-        &["invoice:1", "acct:7", "acct:42", "doc:acme:1", "doc:evil:1"]
+        return vec!["file:acct1".to_owned()];
     }
+    let mut keys: Vec<String> = ["invoice:1", "acct:7", "acct:42", "doc:acme:1", "doc:evil:1"]
+        .iter()
+        .map(|k| (*k).to_owned())
+        .collect();
+    for prefix in ["order", "parcel", "ledger", "shipment"] {
+        keys.push(format!("{prefix}:{INT_ID}"));
+    }
+    for prefix in ["ticket", "badge", "tally", "crate"] {
+        keys.push(format!("{prefix}:{UUID_ID}"));
+    }
+    keys
 }
 
 /// Sends one variant with `token`: the status, and whether the gateway answered it itself (a
@@ -585,7 +764,7 @@ async fn differential(framework: Framework) -> String {
     }
     // The check must be able to see a write: the plain `PUT` (the first variant) is refused when
     // stale and applied under its key when fresh.
-    let key = claimed_keys(framework)[0].to_owned();
+    let key = claimed_keys(framework)[0].clone();
     assert_eq!(
         outcomes[0],
         Outcome::Refused(409),
@@ -613,6 +792,21 @@ async fn differential(framework: Framework) -> String {
 #[tokio::test]
 async fn no_stale_write_reaches_flask() {
     differential(Framework::Flask).await;
+}
+
+#[tokio::test]
+async fn no_stale_write_reaches_django() {
+    differential(Framework::Django).await;
+}
+
+#[tokio::test]
+async fn no_stale_write_reaches_rails() {
+    differential(Framework::Rails).await;
+}
+
+#[tokio::test]
+async fn no_stale_write_reaches_spring_mvc() {
+    differential(Framework::SpringMvc).await;
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! Real, unmodified upstream frameworks for the differential tests (`tests/upstreams/`): Flask,
-//! Express and Go's net/http, each recording which resource it applied a write to, and nginx's
-//! WebDAV module, whose files are the record. `scripts/test.sh` installs them; a missing one
-//! fails the test that needs it.
+//! Django, Express, Go's net/http, Rails and Spring MVC, each recording which resource it applied
+//! a write to, and nginx's WebDAV module, whose files are the record. `scripts/test.sh` installs
+//! them; a missing one fails the test that needs it.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -15,14 +15,17 @@ use super::send;
 
 /// Ports tried before a framework's start counts as failed.
 const START_ATTEMPTS: usize = 3;
-/// How long a framework may take to accept connections (Go compiles first).
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a framework may take to accept connections (Go and Spring compile first).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(90);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framework {
     Flask,
+    Django,
     Express,
     GoNetHttp,
+    Rails,
+    SpringMvc,
     NginxDav,
 }
 
@@ -30,8 +33,11 @@ impl Framework {
     pub fn name(self) -> &'static str {
         match self {
             Framework::Flask => "flask",
+            Framework::Django => "django",
             Framework::Express => "express",
             Framework::GoNetHttp => "go-net-http",
+            Framework::Rails => "rails",
+            Framework::SpringMvc => "spring-mvc",
             Framework::NginxDav => "nginx-dav",
         }
     }
@@ -116,6 +122,25 @@ impl FrameworkUpstream {
                     .arg(&port),
                 "python3 with Flask",
             ),
+            Framework::Django => spawn(
+                Command::new("python3")
+                    .arg(here.join("django_app.py"))
+                    .arg(&port),
+                "python3 with Django",
+            ),
+            Framework::Rails => spawn(
+                Command::new("ruby")
+                    .arg(here.join("rails_app/server.rb"))
+                    .arg(&port),
+                "ruby with Rails",
+            ),
+            Framework::SpringMvc => spawn(
+                Command::new("bash")
+                    .arg(here.join("spring_app/run.sh"))
+                    .arg(&port)
+                    .arg(Path::new(env!("CARGO_TARGET_TMPDIR")).join("spring-app")),
+                "the Spring MVC upstream",
+            ),
             Framework::Express => spawn(
                 Command::new("node")
                     .arg(here.join("express_app.js"))
@@ -133,7 +158,9 @@ impl FrameworkUpstream {
                         "GOCACHE",
                         Path::new(env!("CARGO_TARGET_TMPDIR")).join("gocache"),
                     )
-                    .env("GOFLAGS", "-mod=mod")
+                    // GOPATH mode, on Debian's source of github.com/google/uuid.
+                    .env("GO111MODULE", "off")
+                    .env("GOPATH", "/usr/share/gocode")
                     .status()
                     .unwrap_or_else(|e| {
                         panic!("go could not be run ({e}); run tests/upstreams/install.sh")

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs, only where missing, what the differential test's upstreams need:
-#   nginx (Debian, with the DAV module), golang-go (Debian), Flask 3 (pip), Express 5 (npm),
+#   nginx (Debian, with the DAV module), golang-go and golang-github-google-uuid-dev (Debian),
+#   Flask 3 and Django (pip), Express 5 with uuid (npm), Rails 6.1 (Debian ruby-rails, with
+#   SQLite and PostgreSQL drivers), Spring MVC 4.3 on Jetty 9 (Debian),
 # the Stripe end-to-end test's client library: stripe 16.1.0 (pip), and psycopg 3.3.9 and kazoo
 # 2.11.0 (pip) for the token snippets test.
 # Idempotent; runnable from any directory. Prints one line per tool and exits non-zero, naming
@@ -149,7 +151,8 @@ express_version() {
 if ! command -v npm >/dev/null 2>&1; then
   echo "express: FAILED: no node/npm (apt-get install nodejs npm failed)"
   failed+=(express)
-elif [ -f tests/upstreams/node_modules/express/package.json ]; then
+elif [ -f tests/upstreams/node_modules/express/package.json ] \
+    && [ -f tests/upstreams/node_modules/uuid/package.json ]; then
   echo "express: present ($(express_version))"
 else
   if [ -f tests/upstreams/package-lock.json ]; then
@@ -164,6 +167,14 @@ else
     failed+=(express)
   fi
 fi
+
+# The frameworks whose install steps live beside their apps: Django, Go's uuid package, Rails,
+# Spring MVC on Jetty. Each prints its own line.
+for part in django go-uuid rails spring; do
+  if ! bash "tests/upstreams/install-$part.sh"; then
+    failed+=("$part")
+  fi
+done
 
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "install.sh: could not provide: ${failed[*]}" >&2

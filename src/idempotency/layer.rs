@@ -293,10 +293,23 @@ fn key_for(
         }
         _ => {}
     }
-    let resource_key = request
-        .extensions()
-        .get::<Admission>()
-        .map_or("", |admission| admission.key.as_str());
+    // The fence's key; where the fence admitted nothing (an observed refusal forwards without
+    // one), the same key rendered here, so that two resources never share an idempotency key.
+    let rendered_key;
+    let resource_key = match (request.extensions().get::<Admission>(), &route.resource_key) {
+        (Some(admission), _) => admission.key.as_str(),
+        (None, Some(template)) => {
+            rendered_key = template
+                .render(&RequestParts {
+                    captures: &routed.captures,
+                    headers: request.headers(),
+                    query: request.uri().query(),
+                })
+                .map_err(|error| GatewayError::KeyUnavailable { error })?;
+            rendered_key.as_str()
+        }
+        (None, None) => "",
+    };
     let captures = routed.captures.with(&[
         ("resource_key", resource_key),
         ("method", request.method().as_str()),

@@ -126,3 +126,42 @@ fn check_config_holds_the_format_to_the_length() {
         Ok(())
     );
 }
+
+/// `{resource_key}` is the request's resource key even where the fence admitted nothing: a
+/// `mode = "off"` route, or an observed refusal (a stale token under `mode = "observe"`), which is
+/// forwarded. Two resources never share an idempotency key, so neither is answered with the
+/// other's stored outcome.
+#[tokio::test]
+async fn resource_key_in_a_key_template_is_the_requests_without_an_admission() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let observe = payouts(&upstream.url(), "key = \"{resource_key}\"\n")
+        .replace("mode = \"off\"", "mode = \"observe\"");
+    let off = payouts(&upstream.url(), "key = \"{resource_key}\"\n")
+        .replace("name = \"payouts\"", "name = \"plain\"")
+        .replace("/payouts/", "/plain/");
+    let gw = TestGateway::start(&format!("{observe}{off}")).await;
+    for key in ["payout:7", "payout:8"] {
+        let claim = send(
+            "POST",
+            &gw.url(&format!("/_fencegate/claim/{key}")),
+            &[("x-fence", "10")],
+            "",
+        )
+        .await;
+        assert_eq!(claim.status, 200);
+    }
+    for path in ["/payouts/7", "/payouts/8", "/plain/7", "/plain/8"] {
+        let reply = send("POST", &gw.url(path), &[("x-fence", "5")], "amount=1").await;
+        assert_eq!(reply.status, 200, "{path}: {:?}", reply.body);
+        assert!(
+            reply.headers.get("idempotent-replayed").is_none(),
+            "{path} was answered with another resource's outcome"
+        );
+    }
+    let keys: Vec<String> = upstream
+        .seen()
+        .iter()
+        .map(|s| s.header("idempotency-key").expect("a key").to_owned())
+        .collect();
+    assert_eq!(keys, ["payout:7", "payout:8", "payout:7", "payout:8"]);
+}

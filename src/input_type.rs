@@ -30,10 +30,12 @@ pub enum ValueRefusal {
     NotInt,
     #[error("is not a UUID (32 hex digits, hyphenated 8-4-4-4-12 or not, optionally in braces or after `urn:uuid:`)")]
     NotUuid,
-    #[error("has surrounding white space, which frameworks that parse numbers or UUIDs drop; type the placeholder (`:int`, `:uuid`) or declare it a plain string (`:str`)")]
+    #[error("has surrounding white space or a control character, which frameworks that parse numbers or UUIDs drop; type the placeholder (`:int`, `:uuid`) or declare it a plain string (`:str`)")]
     Spacing,
-    #[error("is read by common frameworks (Python's int(), Rails, JavaScript's Number()/parseInt, Java, Go) as a number that another spelling also names (leading zeros, a sign, non-ASCII digits, a numeric prefix); type the placeholder (`:int`) or declare it a plain string (`:str`)")]
+    #[error("is read by common frameworks (Python's int(), Rails, JavaScript's Number()/parseInt, Java, Go) as a number that another spelling also names (leading zeros, a sign, non-ASCII digits, a numeric prefix, also a UUID's leading digits); type the placeholder (`:int`, or `:uuid` for UUIDs) or declare it a plain string (`:str`)")]
     NumberSpelling,
+    #[error("is above 9007199254740991, where JavaScript's Number() and parseInt read two ids as one; type the placeholder (`:int`) when the upstream reads ids exactly, or declare it a plain string (`:str`)")]
+    BeyondJavaScript,
     #[error("is read by common UUID parsers as a UUID that another spelling also names (upper case, braces, missing or moved hyphens, `urn:uuid:`, Java's short form); type the placeholder (`:uuid`) or declare it a plain string (`:str`)")]
     UuidSpelling,
 }
@@ -47,6 +49,11 @@ impl InputType {
             "str" => Some(InputType::Str),
             _ => None,
         }
+    }
+
+    /// Whether values of this type are rewritten to a canonical form (`:int`, `:uuid`).
+    pub fn has_canonical_form(self) -> bool {
+        matches!(self, InputType::Int | InputType::Uuid)
     }
 
     /// Splits `name:type` into the name and its type, when the text after the last `:` names
@@ -162,14 +169,23 @@ fn is_canonical_uuid(value: &str) -> bool {
     is_hyphenated_uuid(bytes) && !bytes.iter().any(u8::is_ascii_uppercase)
 }
 
-/// An untyped value passes when it is a canonical decimal, or when no common framework reads it
-/// as a number, and it is not a UUID in another spelling than the canonical one.
+/// The largest integer JavaScript's `Number()` and `parseInt` read exactly (2^53 − 1).
+const MAX_EXACT_IN_JAVASCRIPT: u64 = 9_007_199_254_740_991;
+
+/// An untyped value passes when it is a canonical decimal JavaScript reads exactly, or when no
+/// common framework reads it as a number, and it is not a UUID in another spelling than the
+/// canonical one.
 fn check_untyped(value: &str) -> Result<(), ValueRefusal> {
-    if value.trim() != value {
+    let mut chars = value.chars();
+    let ends_blank = chars.next().is_some_and(is_blank) || chars.next_back().is_some_and(is_blank);
+    if ends_blank || value.chars().any(char::is_control) {
         return Err(ValueRefusal::Spacing);
     }
     if is_canonical_decimal(value) {
-        return Ok(());
+        return match value.parse::<u64>() {
+            Ok(number) if number <= MAX_EXACT_IN_JAVASCRIPT => Ok(()),
+            _ => Err(ValueRefusal::BeyondJavaScript),
+        };
     }
     if reads_as_number(value) {
         return Err(ValueRefusal::NumberSpelling);
@@ -180,15 +196,23 @@ fn check_untyped(value: &str) -> Result<(), ValueRefusal> {
     Ok(())
 }
 
-/// Whether some common parser reads a number from `value`: after an optional sign (and the
-/// white space Spring's number conversion removes), a digit of any script (Python's `int()`,
-/// Java's `Long.parseLong`, Werkzeug's `\d`), which also covers `0x2A`, `0b1`, `4_2`, `42abc`,
-/// `4.2e1` (JavaScript's `Number()` and `parseInt`, Ruby's `to_i` under Rails' id casts); a `.`
-/// and a digit (`Number(".42e2")`); or `#` and a hex digit (Java's `Long.decode`, used by
-/// Spring).
+/// What some parser drops around (or, in Spring's number conversion, inside) a value: Unicode
+/// white space, Java's `Character.isWhitespace` and `String.trim` (control characters), and the
+/// byte order mark JavaScript's `Number()` trims.
+fn is_blank(c: char) -> bool {
+    c.is_whitespace() || c.is_control() || c == '\u{feff}'
+}
+
+/// Whether some common parser reads a number from `value`: once every blank is removed (Spring's
+/// number conversion removes them anywhere) and an optional sign, a digit of any script
+/// (Python's `int()`, Java's `Long.parseLong`, Werkzeug's `\d`), which also covers `0x2A`, `0b1`,
+/// `4_2`, `42abc`, `4.2e1` (JavaScript's `Number()` and `parseInt`, Ruby's `to_i` under Rails' id
+/// casts) and a UUID that starts with a digit; a `.` and a digit (`Number(".42e2")`); or `#` and
+/// a hex digit (Java's `Long.decode`, used by Spring).
 fn reads_as_number(value: &str) -> bool {
-    let unsigned = value.strip_prefix(['+', '-']).unwrap_or(value);
-    let mut chars = unsigned.trim_start().chars();
+    let packed: String = value.chars().filter(|&c| !is_blank(c)).collect();
+    let unsigned = packed.strip_prefix(['+', '-']).unwrap_or(&packed);
+    let mut chars = unsigned.chars();
     match chars.next() {
         Some(c) if c.is_numeric() => true,
         Some('.') => chars.next().is_some_and(char::is_numeric),
@@ -210,11 +234,18 @@ fn reads_as_uuid(value: &str) -> bool {
     let lower = value.to_ascii_lowercase();
     let stripped = lower.replace("urn:", "").replace("uuid:", "");
     let inner = stripped.trim_matches(['{', '}']);
-    let hex_digits = inner.bytes().filter(|&b| b != b'-');
-    if hex_digits.clone().count() == 32 && hex_digits.clone().all(|b| b.is_ascii_hexdigit()) {
+    // Python's `uuid.UUID` takes any 32 characters `int(hex, 16)` reads: digits of any script,
+    // `_`, a sign, `0x`, white space.
+    let python = inner.chars().filter(|&c| c != '-');
+    if python.clone().count() == 32
+        && python.clone().all(|c| {
+            c.is_ascii_hexdigit() || c.is_numeric() || c.is_whitespace() || "_+x".contains(c)
+        })
+    {
         return true;
     }
-    let fields: Vec<&str> = inner.split('-').collect();
+    // Java 8's `split("-")` drops trailing empty fields.
+    let fields: Vec<&str> = inner.trim_end_matches('-').split('-').collect();
     fields.len() == 5
         && fields.iter().all(|field| {
             let digits = field.strip_prefix('+').unwrap_or(field);
@@ -328,7 +359,18 @@ mod tests {
     #[test]
     fn untyped_values_another_spelling_reads_as_are_refused() {
         let read = |v: &str| InputType::Untyped.read(v).map(Cow::into_owned);
-        for spaced in [" 42", "42 ", "\t42", "42\u{3000}", " acme", "acme\n"] {
+        for spaced in [
+            " 42",
+            "42 ",
+            "\t42",
+            "42\u{3000}",
+            " acme",
+            "acme\n",
+            "\u{1c}42",
+            "\u{1}a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "\u{feff}42",
+            "a\u{1}b",
+        ] {
             assert_eq!(read(spaced), Err(ValueRefusal::Spacing), "{spaced:?}");
         }
         for number in [
@@ -352,6 +394,9 @@ mod tests {
             "\u{ff14}\u{ff12}",
             "\u{0664}\u{0662}",
             "4 2",
+            "# 2a",
+            "-# 2a",
+            "#\u{2028} 2a",
             // A UUID that starts with a digit: Rails' id cast and parseInt read its leading digits.
             "550e8400-e29b-41d4-a716-446655440000",
         ] {
@@ -373,9 +418,39 @@ mod tests {
             "xa0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11y",
             "a-b-c-d-\u{ff11}",
             "a-b-c-d-\u{ff21}",
+            "a0eebc99\u{669}c0b4ef8bb6d6bb9bd380a11",
+            "a0eebc99\u{ff19}c0b4ef8bb6d6bb9bd380a11",
+            "+a0eebc999c0b4ef8bb6d6bb9bd380a1",
+            "a0eebc99_9c0b4ef8bb6d6bb9bd380a1",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd38_0a1",
+            "{0xa0eebc999c0b4ef8bb6d6bb9bd380a}",
+            "a-b-c-d-e-",
         ] {
             assert_eq!(read(uuid), Err(ValueRefusal::UuidSpelling), "{uuid:?}");
         }
+    }
+
+    #[test]
+    fn untyped_decimals_javascript_rounds_are_refused() {
+        assert_eq!(
+            InputType::Untyped.read("9007199254740991").as_deref(),
+            Ok("9007199254740991")
+        );
+        for large in [
+            "9007199254740992",
+            "9007199254740993",
+            "18446744073709551616",
+        ] {
+            assert_eq!(
+                InputType::Untyped.read(large),
+                Err(ValueRefusal::BeyondJavaScript),
+                "{large}"
+            );
+        }
+        assert_eq!(
+            InputType::Int.read("9007199254740993").as_deref(),
+            Ok("9007199254740993")
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! From a lock's name to the resource key it guards, and back: two templates over the same
 //! `{name}` placeholders (`locks/invoice/{id}` and `invoice:{id:int}`). A placeholder stands for
-//! one or more characters other than `/`; a typed one only for a value of its type, passed on in
-//! canonical form (the lock `locks/invoice/042` guards `invoice:42`).
+//! one or more characters other than `/`; a typed one only for a value of its type spelled in its
+//! canonical form (`locks/invoice/042` is no lock of `invoice:{id:int}`: one resource, one lock).
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -184,8 +184,12 @@ fn capture_from<'p, 't>(
             let run = text.find('/').unwrap_or(text.len());
             for end in (1..=run).filter(|&end| text.is_char_boundary(end)) {
                 let (raw, after) = text.split_at(end);
-                let Ok(value) = kind.read(raw) else {
-                    continue;
+                // A typed value only in its canonical form: `locks/invoice/042` and
+                // `locks/invoice/42` are two locks in the lock service, and one resource has one
+                // lock.
+                let value = match kind.read(raw) {
+                    Ok(value) if value == raw => value,
+                    _ => continue,
                 };
                 // A repeated placeholder must repeat its value.
                 if found.iter().any(|(n, v)| n == name && *v != value) {
@@ -330,16 +334,22 @@ mod tests {
     fn typed_placeholders_pass_canonical_values_on() {
         let m = mapping("locks/invoice/{id:int}", "invoice:{id}");
         assert_eq!(
-            m.resource_of("locks/invoice/042").as_deref(),
+            m.resource_of("locks/invoice/42").as_deref(),
             Some("invoice:42")
         );
+        // Another spelling is another lock, guarding no resource of this mapping.
+        assert_eq!(m.resource_of("locks/invoice/042"), None);
         assert_eq!(m.resource_of("locks/invoice/x42"), None);
-        assert_eq!(m.lock_of("invoice:007").as_deref(), Some("locks/invoice/7"));
+        assert_eq!(m.lock_of("invoice:007"), None);
         let uuid = mapping("locks/{id}", "ticket:{id:uuid}");
+        let canonical = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11";
         assert_eq!(
-            uuid.resource_of("locks/A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11")
-                .as_deref(),
-            Some("ticket:a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")
+            uuid.resource_of(&format!("locks/{canonical}")).as_deref(),
+            Some(format!("ticket:{canonical}").as_str())
+        );
+        assert_eq!(
+            uuid.resource_of("locks/A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"),
+            None
         );
         // The route's path types what the templates leave untyped.
         let by_path = LockMapping::parse_typed("locks/{id}", "invoice:{id}", |name| {
@@ -350,8 +360,10 @@ mod tests {
             }
         })
         .expect("valid mapping");
+        assert_eq!(by_path.resource_of("locks/0042"), None);
+        assert_eq!(by_path.resource_of("locks/x"), None);
         assert_eq!(
-            by_path.resource_of("locks/0042").as_deref(),
+            by_path.resource_of("locks/42").as_deref(),
             Some("invoice:42")
         );
         let untyped = mapping("locks/{id}", "invoice:{id}");

@@ -346,8 +346,8 @@ impl PathPattern {
             match check_capture(name, &raw, limit, kind) {
                 Ok(value) => {
                     // A typed value is forwarded in the canonical form it is keyed by.
-                    let typed = matches!(kind, InputType::Int | InputType::Uuid);
-                    forward.push_str(if typed { &value } else { &raw });
+                    let canonical = kind.has_canonical_form();
+                    forward.push_str(if canonical { &value } else { &raw });
                     captures.push(Capture {
                         name: name.clone(),
                         value,
@@ -425,7 +425,7 @@ fn check_capture(
         .decode_utf8()
         .map_err(|_| PathRefusal::NotUtf8)?;
     // An untyped value is checked only where a key reads it, on a method the route guards.
-    if matches!(kind, InputType::Untyped | InputType::Str) {
+    if !kind.has_canonical_form() {
         return Ok(decoded.into_owned());
     }
     match kind.read(&decoded) {

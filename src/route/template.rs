@@ -44,6 +44,8 @@ pub enum TemplateError {
         "placeholder {{{0}}}: unknown kind (use {{segment}}, {{header:Name}} or {{query:name}}, each optionally typed with `:int`, `:uuid` or `:str`)"
     )]
     UnknownKind(String),
+    #[error("placeholder {{{0}}}: unknown type (use `:int`, `:uuid` or `:str`)")]
+    UnknownType(String),
     #[error("placeholder {{{0}}}: a path segment's type is declared in the route's path (`/orders/{{id:int}}`), so that the forwarded path is made canonical too")]
     TypedSegment(String),
     #[error("unbalanced '{{' or '}}'")]
@@ -167,7 +169,7 @@ impl KeyTemplate {
     /// [`canonicalize_inputs`](Self::canonicalize_inputs) may rewrite.
     pub fn has_typed_inputs(&self) -> bool {
         self.parts.iter().any(
-            |part| matches!(part, Part::Header(_, kind) | Part::Query(_, kind) if is_typed(*kind)),
+            |part| matches!(part, Part::Header(_, kind) | Part::Query(_, kind) if kind.has_canonical_form()),
         )
     }
 
@@ -199,7 +201,7 @@ impl KeyTemplate {
         let mut rewritten: Option<String> = None;
         for part in &self.parts {
             match part {
-                Part::Header(name, kind) if is_typed(*kind) => {
+                Part::Header(name, kind) if kind.has_canonical_form() => {
                     let Ok(value) = single_header(headers, name) else {
                         continue;
                     };
@@ -209,7 +211,7 @@ impl KeyTemplate {
                         }
                     }
                 }
-                Part::Query(name, kind) if is_typed(*kind) => {
+                Part::Query(name, kind) if kind.has_canonical_form() => {
                     let current = rewritten.as_deref().or(query);
                     let Ok(pair) = single_query_pair(current, name) else {
                         continue;
@@ -240,11 +242,6 @@ impl KeyTemplate {
         }
         rewritten
     }
-}
-
-/// Whether a value of this type is rewritten to a canonical form.
-fn is_typed(kind: InputType) -> bool {
-    matches!(kind, InputType::Int | InputType::Uuid)
 }
 
 /// `value` read as `kind` says; `input` names it for the refusal.
@@ -286,10 +283,19 @@ fn parse_placeholder<'a>(
                 .map(|header| Part::Header(header, kind))
                 .map_err(|_| TemplateError::BadHeader(name.to_owned()))
         }
-        Some(("query", query)) => match InputType::split_suffix(query) {
-            ("", _) => Err(TemplateError::UnknownKind(name.to_owned())),
-            (query, kind) => Ok(Part::Query(query.to_owned(), kind)),
-        },
+        Some(("query", query)) => {
+            let (query, kind) = match query.rsplit_once(':') {
+                Some((query, suffix)) => match InputType::from_suffix(suffix) {
+                    Some(kind) => (query, kind),
+                    None => return Err(TemplateError::UnknownType(name.to_owned())),
+                },
+                None => (query, InputType::Untyped),
+            };
+            if query.is_empty() {
+                return Err(TemplateError::UnknownKind(name.to_owned()));
+            }
+            Ok(Part::Query(query.to_owned(), kind))
+        }
         Some((segment, suffix))
             if InputType::from_suffix(suffix).is_some()
                 && segments.clone().any(|s| s == segment) =>
@@ -678,6 +684,10 @@ mod tests {
         assert!(matches!(
             KeyTemplate::parse("k:{id:int}", names.iter().copied()),
             Err(TemplateError::TypedSegment(_))
+        ));
+        assert!(matches!(
+            KeyTemplate::parse("k:{query:id:integer}", names.iter().copied()),
+            Err(TemplateError::UnknownType(_))
         ));
     }
 

@@ -29,4 +29,5 @@ mod store_failures;
 mod tls;
 mod token_poisoning;
 mod trust_boundaries;
+mod typed_inputs;
 mod upstream_pool;

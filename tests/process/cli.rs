@@ -110,6 +110,26 @@ fn check_config_names_the_file_the_route_and_the_field() {
 }
 
 #[test]
+fn check_config_lists_the_untyped_key_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("typed.toml");
+    std::fs::write(
+        &path,
+        "[server]\nlisten = \"127.0.0.1:8080\"\n\n[[routes]]\nname = \"typed\"\npath = \"/orders/{id:int}\"\nupstream = \"http://127.0.0.1:9000\"\nresource_key = \"order:{id}:{query:v:uuid}\"\n\n[[routes]]\nname = \"loose\"\npath = \"/parcels/{id}\"\nupstream = \"http://127.0.0.1:9000\"\nresource_key = \"parcel:{id}:{header:X-Tenant}:{query:s:str}\"\n",
+    )
+    .unwrap();
+    let output = fencegate(&["check-config", path.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("route \"loose\": untyped key inputs {id}, {header:x-tenant}:"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("route \"typed\""), "{stdout}");
+    assert!(!stdout.contains("{query:s}"), "{stdout}");
+}
+
+#[test]
 fn check_config_names_the_etcd_store_field_at_fault() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [

@@ -369,8 +369,8 @@ fn variants(shape: &Shape, host: &str) -> Vec<Variant> {
 }
 
 /// Spellings of the integer 42 that some framework reads as 42 (or that look like it), as they
-/// go into a path segment; `{sp}` stands for an encoded space.
-const INT_SPELLINGS: [&str; 17] = [
+/// go into a path segment (percent-encoded where they must be).
+const INT_SPELLINGS: [&str; 20] = [
     "42",
     "042",
     "0042",
@@ -388,6 +388,11 @@ const INT_SPELLINGS: [&str; 17] = [
     "%2342",
     "4%202",
     "42.json",
+    // Spring's number conversion removes every blank, anywhere, and reads `#` as hex.
+    "%23%202a",
+    "%1C42",
+    // JavaScript's Number() trims a byte order mark.
+    "%EF%BB%BF42",
 ];
 
 /// Spellings of [`UUID_ID`] (and one of Java's short forms), as they go into a path segment.
@@ -407,6 +412,9 @@ fn uuid_spellings() -> Vec<String> {
         // Java's UUID.fromString reads five hex fields of any width.
         "a0eebc99-9c0b-4ef8-bb6d-00006bb9bd380a11".to_owned(),
         "a-b-c-d-e".to_owned(),
+        // Spring trims control characters; Python's uuid.UUID reads digits of any script.
+        format!("%01{UUID_ID}"),
+        "a0eebc99%D9%A9c0b4ef8bb6d6bb9bd380a11".to_owned(),
     ]
 }
 
@@ -456,7 +464,7 @@ fn typed_variants() -> Vec<Variant> {
     ] {
         for id in spellings.iter() {
             let value = decode(id);
-            if value.contains(['\t', '\n']) {
+            if value.chars().any(char::is_control) {
                 continue;
             }
             all.push(variant(

@@ -112,10 +112,10 @@ impl CompiledRoute {
         headers: &mut HeaderMap,
         query: Option<&str>,
     ) -> Option<String> {
-        let mut rewritten: Option<String> = None;
         if !self.typed_inputs {
             return None;
         }
+        let mut rewritten: Option<String> = None;
         for template in self.key_templates().filter(|t| t.has_typed_inputs()) {
             let current = rewritten.as_deref().or(query);
             if let Some(query) = template.canonicalize_inputs(headers, current) {
@@ -421,12 +421,8 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
                 .map_err(|e| error(config, e.field, e.message))?,
         ),
     };
-    let typed_inputs = resource_key
-        .iter()
-        .chain(idempotency.as_ref().map(|settings| &settings.key))
-        .any(KeyTemplate::has_typed_inputs);
-    Ok(CompiledRoute {
-        typed_inputs,
+    let mut route = CompiledRoute {
+        typed_inputs: false,
         idempotency,
         name: config.name.clone(),
         pattern,
@@ -459,7 +455,10 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
         },
         counters: RouteCounters::default(),
         metrics: OnceLock::new(),
-    })
+    };
+    let typed_inputs = route.key_templates().any(KeyTemplate::has_typed_inputs);
+    route.typed_inputs = typed_inputs;
+    Ok(route)
 }
 
 fn parse_method(config: &RouteConfig, name: &str) -> Result<Method, RouteError> {

@@ -326,7 +326,7 @@ async fn an_idempotent_http2_flood_under_an_address_space_limit_gets_memory_busy
         for s in 0..STREAMS {
             let request = connection.request(
                 "POST",
-                &format!("/pay/{c}-{s}"),
+                &format!("/pay/c{c}-s{s}"),
                 &[("x-fence", "1"), ("content-length", &length)],
             );
             let send = connection.send.clone();

@@ -23,12 +23,11 @@ const HOSTILE: &[(&str, &str)] = &[
 async fn log_of_stale_refusals(extra_args: &[&str]) -> String {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
     let dir = tempfile::tempdir().expect("temp dir");
-    let process = GatewayProcess::start_logging(
-        dir.path(),
-        &fenced_route("docs", &upstream.url(), "enforce", "monotonic"),
-        extra_args,
-        "info",
-    );
+    // `{id:str}`: an untyped segment with a control character is refused before any key is
+    // logged; a route that declares plain strings keys it as sent.
+    let route = fenced_route("docs", &upstream.url(), "enforce", "monotonic")
+        .replace("/docs/{id}", "/docs/{id:str}");
+    let process = GatewayProcess::start_logging(dir.path(), &route, extra_args, "info");
     for (segment, _) in HOSTILE {
         let url = process.url(&format!("/docs/{segment}"));
         let accepted = send("PUT", &url, &[("x-fence", "5")], "x").await;

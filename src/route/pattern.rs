@@ -1,6 +1,8 @@
 //! Path patterns such as `/invoices/{id:int}/send` or `/files/{*rest}`: parsing and matching,
 //! typed segments made canonical in the captures and in the path that is forwarded.
 
+use std::borrow::Cow;
+
 use percent_encoding::percent_decode_str;
 
 use super::canonical::canonical_literal;
@@ -339,9 +341,14 @@ impl PathPattern {
                     continue;
                 }
                 Segment::Param(name, kind) => {
-                    (name, segments[i].to_owned(), MAX_CAPTURE_LEN, *kind)
+                    (name, Cow::Borrowed(segments[i]), MAX_CAPTURE_LEN, *kind)
                 }
-                Segment::Rest(name) => (name, segments[i..].join("/"), usize::MAX, InputType::Str),
+                Segment::Rest(name) => (
+                    name,
+                    Cow::Owned(segments[i..].join("/")),
+                    usize::MAX,
+                    InputType::Str,
+                ),
             };
             match check_capture(name, &raw, limit, kind) {
                 Ok(value) => {

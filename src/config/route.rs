@@ -127,6 +127,12 @@ pub struct IdempotencyConfig {
     /// Response headers stored and replayed with the outcome.
     #[serde(default = "default_stored_headers")]
     pub stored_headers: Vec<String>,
+    /// Answers that say the provider did nothing (timed out the request, a conflicting call in
+    /// flight, locked, too early, rate limited): never recorded as the outcome. The intent is
+    /// released, the answer (with its `Retry-After`) passed to the client, and the next attempt
+    /// goes to the provider.
+    #[serde(default = "default_transient_statuses")]
+    pub transient_statuses: Vec<u16>,
 }
 
 /// How a derived idempotency key is written.
@@ -224,6 +230,10 @@ fn default_max_stored_body() -> usize {
 fn default_max_request_body() -> usize {
     DEFAULT_MAX_REQUEST_BODY
 }
+fn default_transient_statuses() -> Vec<u16> {
+    vec![408, 409, 423, 425, 429]
+}
+
 fn default_stored_headers() -> Vec<String> {
     vec!["content-type".to_owned(), "location".to_owned()]
 }

@@ -198,6 +198,21 @@ where
         .call(Request::from_parts(parts, RequestBody::full(body)))
         .await;
     let response = match forwarded {
+        Ok(response) if settings.is_transient(response.status()) => {
+            // The provider did nothing (rate limited, busy, the key in use): no outcome to keep,
+            // and the answer goes to the client as it came, `Retry-After` included. A fresh
+            // intent is released, so the next attempt goes to the provider; a re-submission keeps
+            // its intent, whose earlier attempt's outcome is still unknown.
+            if fresh {
+                let _ = intents
+                    .resolve(&record_key, Resolution::Release, now_ms())
+                    .await;
+            } else {
+                let _ = intents.abandon(&record_key, &attempt, now_ms()).await;
+            }
+            tracing::info!(route = %route.name, key = %record_key, status = response.status().as_u16(), "transient answer: the intent is released, not recorded");
+            return Ok(response);
+        }
         Ok(response) if !response.status().is_server_error() => response,
         Err(error) if fresh && error.never_reached_upstream() => {
             // Certainly not sent (refused, no TLS, no free connection, no turn): nothing happened

@@ -26,6 +26,15 @@ pub struct IdempotencySettings {
     pub max_stored_body: usize,
     pub max_request_body: usize,
     pub stored_headers: Vec<HeaderName>,
+    /// Answers that are not outcomes: the provider did nothing, so the intent is released.
+    pub transient_statuses: Vec<http::StatusCode>,
+}
+
+impl IdempotencySettings {
+    /// Whether an answer with `status` says the provider did nothing (no outcome to record).
+    pub fn is_transient(&self, status: http::StatusCode) -> bool {
+        self.transient_statuses.contains(&status)
+    }
 }
 
 /// Why a table did not compile: the field (below `idempotency.`) and the message.
@@ -127,7 +136,19 @@ impl IdempotencySettings {
                 Ok(name)
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let transient_statuses = config
+            .transient_statuses
+            .iter()
+            .map(|&code| match http::StatusCode::from_u16(code) {
+                Ok(status) if status.is_client_error() => Ok(status),
+                _ => Err(error(
+                    "idempotency.transient_statuses",
+                    format!("{code} is not a 4xx status: a 5xx answer is already an unknown outcome, and a 1xx, 2xx or 3xx one an outcome"),
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(IdempotencySettings {
+            transient_statuses,
             header,
             key,
             hmac_secret,
@@ -159,5 +180,35 @@ pub fn format_name(format: KeyFormat) -> &'static str {
         KeyFormat::Hex => "hex",
         KeyFormat::Base64url => "base64url",
         KeyFormat::Uuid => "uuid",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compile(table: &str) -> Result<IdempotencySettings, SettingsError> {
+        let config: IdempotencyConfig = toml::from_str(table).expect("table");
+        IdempotencySettings::compile(&config, &PathPattern::parse("/p/{id}").expect("pattern"))
+    }
+
+    #[test]
+    fn transient_statuses_default_to_the_answers_of_a_provider_that_did_nothing() {
+        let settings = compile("key = \"p:{id}\"").expect("settings");
+        for code in [408, 409, 423, 425, 429] {
+            let status = http::StatusCode::from_u16(code).expect("status");
+            assert!(settings.is_transient(status), "{code}");
+        }
+        for code in [200, 201, 400, 402, 404, 422, 500] {
+            let status = http::StatusCode::from_u16(code).expect("status");
+            assert!(!settings.is_transient(status), "{code}");
+        }
+        let none = compile("key = \"p:{id}\"\ntransient_statuses = []").expect("settings");
+        assert!(!none.is_transient(http::StatusCode::TOO_MANY_REQUESTS));
+        for bad in ["[500]", "[200]", "[99]", "[429, 503]"] {
+            let error = compile(&format!("key = \"p:{{id}}\"\ntransient_statuses = {bad}"))
+                .expect_err("refused");
+            assert_eq!(error.field, "idempotency.transient_statuses", "{bad}");
+        }
     }
 }

@@ -28,4 +28,5 @@ mod shutdown;
 mod stripe;
 mod telemetry;
 mod token_snippets;
+mod transient_answers;
 mod walkthrough;

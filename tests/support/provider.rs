@@ -40,6 +40,8 @@ struct State {
     charges: Vec<Charge>,
     answers: HashMap<String, (u16, String)>,
     faults: VecDeque<Fault>,
+    /// Statuses the next calls are answered with before anything is charged.
+    refusals: VecDeque<u16>,
     calls: usize,
 }
 
@@ -93,6 +95,16 @@ impl Provider {
             .push_back(fault);
     }
 
+    /// The next call is answered `status` (with `Retry-After: 2`) and charges nothing: a rate
+    /// limit, a conflicting request in flight, a declined card.
+    pub fn refuse_next(&self, status: u16) {
+        self.state
+            .lock()
+            .expect("provider lock")
+            .refusals
+            .push_back(status);
+    }
+
     pub fn charges(&self) -> Vec<Charge> {
         self.state.lock().expect("provider lock").charges.clone()
     }
@@ -140,6 +152,14 @@ async fn handle(
     let (answer, fault) = {
         let mut state = state.lock().expect("provider lock");
         state.calls += 1;
+        if let Some(status) = state.refusals.pop_front() {
+            return Ok(Response::builder()
+                .status(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
+                .header("content-type", "application/json")
+                .header("retry-after", "2")
+                .body(Full::new(Bytes::from(format!("{{\"refused\":{status}}}"))))
+                .expect("static response"));
+        }
         let known = key
             .as_ref()
             .filter(|_| honours_keys)

@@ -1,6 +1,7 @@
-//! What the listener and the request's layers hand each other as request extensions: a head with
-//! conflicting framing, who makes a fenced write's compare-and-advance (decided once, by routing)
-//! and the write the fence admitted. A leaf: it depends on no other module of the crate.
+//! What the listener and the request's layers hand each other as request (and response)
+//! extensions: a head with conflicting framing, who makes a fenced write's compare-and-advance
+//! (decided once, by routing), the write the fence admitted, and an answer the gateway replayed
+//! itself. A leaf: it depends on no other module of the crate.
 
 /// Marks a request whose head carried both `Content-Length` and `Transfer-Encoding`; the
 /// gateway refuses it before any layer runs.
@@ -28,3 +29,9 @@ pub struct Admission {
     pub key: String,
     pub token: u64,
 }
+
+/// Marks a response the idempotency layer replayed from a stored outcome, as opposed to a
+/// provider's answer that carries the provider's own replay header: metrics and logs count the
+/// two apart.
+#[derive(Debug, Clone, Copy)]
+pub struct GatewayReplay;

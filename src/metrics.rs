@@ -272,6 +272,24 @@ fn render_route_counters(text: &mut String, routes: &RouteTable) {
             RouteCounters::read(&route.counters.failed_open)
         ));
     }
+    text.push_str("# HELP fencegate_idempotency_provider_replays_total Answers on idempotent routes that the provider marked as its own replay of the key (its replay header), forwarded as they came.\n");
+    text.push_str("# TYPE fencegate_idempotency_provider_replays_total counter\n");
+    for route in routes.routes().filter(|r| r.idempotency.is_some()) {
+        text.push_str(&format!(
+            "fencegate_idempotency_provider_replays_total{{route=\"{}\"}} {}\n",
+            escape_label(&route.name),
+            RouteCounters::read(&route.counters.provider_replays)
+        ));
+    }
+    text.push_str("# HELP fencegate_idempotency_transient_answers_total Answers on idempotent routes whose status says the provider did nothing (transient_statuses): passed on, intent released, not recorded.\n");
+    text.push_str("# TYPE fencegate_idempotency_transient_answers_total counter\n");
+    for route in routes.routes().filter(|r| r.idempotency.is_some()) {
+        text.push_str(&format!(
+            "fencegate_idempotency_transient_answers_total{{route=\"{}\"}} {}\n",
+            escape_label(&route.name),
+            RouteCounters::read(&route.counters.transient_answers)
+        ));
+    }
     text.push_str("# HELP fencegate_fence_advances_total Accepted tokens that raised a key's mark: new generations, i.e. owner churn.\n");
     text.push_str("# TYPE fencegate_fence_advances_total counter\n");
     for route in routes.routes() {

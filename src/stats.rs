@@ -29,6 +29,10 @@ pub struct RouteCounters {
     pub failed_open: AtomicU64,
     /// Requests that observe mode forwarded although enforce would have refused them.
     pub observed_refusals: AtomicU64,
+    /// Idempotent route: answers the provider marked as its own replay of the key.
+    pub provider_replays: AtomicU64,
+    /// Idempotent route: answers that said the provider did nothing (`transient_statuses`).
+    pub transient_answers: AtomicU64,
 }
 
 impl RouteCounters {

@@ -133,6 +133,10 @@ pub struct IdempotencyConfig {
     /// goes to the provider.
     #[serde(default = "default_transient_statuses")]
     pub transient_statuses: Vec<u16>,
+    /// The header with which the provider marks an answer it replayed from its own record of the
+    /// key (Stripe: `Idempotent-Replayed`): passed on, and counted as the provider's replay.
+    #[serde(default = "default_provider_replay_header")]
+    pub provider_replay_header: String,
 }
 
 /// How a derived idempotency key is written.
@@ -230,6 +234,10 @@ fn default_max_stored_body() -> usize {
 fn default_max_request_body() -> usize {
     DEFAULT_MAX_REQUEST_BODY
 }
+fn default_provider_replay_header() -> String {
+    "Idempotent-Replayed".to_owned()
+}
+
 fn default_transient_statuses() -> Vec<u16> {
     vec![408, 409, 423, 425, 429]
 }

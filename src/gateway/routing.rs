@@ -13,7 +13,7 @@ use tower::{Layer, Service};
 use super::check_destination;
 use crate::config::{FenceMode, OnStoreError, Ordering};
 use crate::error::{GatewayError, Origin, RequestError};
-use crate::extensions::AdvanceBy;
+use crate::extensions::{AdvanceBy, GatewayReplay};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, RequestBody};
 use crate::reload::RouteSource;
@@ -318,7 +318,8 @@ pub const NO_ROUTE: &str = "_none";
 /// The `outcome` label of an answered request.
 pub fn outcome_label(result: &Result<Response<ProxyBody>, GatewayError>) -> &'static str {
     match result {
-        Ok(response) if response.headers().contains_key("idempotent-replayed") => "replayed",
+        // The gateway's own replays; a provider's (its `Idempotent-Replayed`) was forwarded.
+        Ok(response) if response.extensions().get::<GatewayReplay>().is_some() => "replayed",
         Ok(_) => "forwarded",
         Err(e) if e.origin() == Origin::Client => "refused",
         Err(_) => "failed",

@@ -18,9 +18,10 @@ use super::{fingerprint, idempotency_key, now_ms, IdempotencySettings};
 use crate::budget::{Budgeted, MemoryBudget};
 use crate::config::{ClientKey, UnknownOutcome};
 use crate::error::GatewayError;
-use crate::extensions::{Admission, AdvanceBy};
+use crate::extensions::{Admission, AdvanceBy, GatewayReplay};
 use crate::proxy::{full_body, Prefixed, ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
+use crate::stats::RouteCounters;
 use crate::store::{BeginRequest, Begun, Resolution, StoreError, StoredOutcome};
 use crate::telemetry::{AccessNote, Verdict};
 
@@ -210,10 +211,21 @@ where
             } else {
                 let _ = intents.abandon(&record_key, &attempt, now_ms()).await;
             }
+            RouteCounters::bump(&route.counters.transient_answers);
             tracing::info!(route = %route.name, key = %record_key, status = response.status().as_u16(), "transient answer: the intent is released, not recorded");
             return Ok(response);
         }
-        Ok(response) if !response.status().is_server_error() => response,
+        Ok(response) if !response.status().is_server_error() => {
+            if response
+                .headers()
+                .contains_key(&settings.provider_replay_header)
+            {
+                // The provider answered from its own record of the key: passed on as it came,
+                // and counted as the provider's replay, not the gateway's.
+                RouteCounters::bump(&route.counters.provider_replays);
+            }
+            response
+        }
         Err(error) if fresh && error.never_reached_upstream() => {
             // Certainly not sent (refused, no TLS, no free connection, no turn): nothing happened
             // at the provider, so the intent is forgotten and a retry submits afresh. A
@@ -402,6 +414,7 @@ fn replay(outcome: StoredOutcome) -> Response<ProxyBody> {
     response
         .headers_mut()
         .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response.extensions_mut().insert(GatewayReplay);
     response
 }
 

@@ -28,6 +28,8 @@ pub struct IdempotencySettings {
     pub stored_headers: Vec<HeaderName>,
     /// Answers that are not outcomes: the provider did nothing, so the intent is released.
     pub transient_statuses: Vec<http::StatusCode>,
+    /// The header the provider marks its own replays with.
+    pub provider_replay_header: HeaderName,
 }
 
 impl IdempotencySettings {
@@ -147,7 +149,15 @@ impl IdempotencySettings {
                 )),
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let provider_replay_header =
+            HeaderName::from_bytes(config.provider_replay_header.as_bytes()).map_err(|_| {
+                error(
+                    "idempotency.provider_replay_header",
+                    "not a valid header name".to_owned(),
+                )
+            })?;
         Ok(IdempotencySettings {
+            provider_replay_header,
             transient_statuses,
             header,
             key,

@@ -1,8 +1,11 @@
-//! Answers that say the provider did nothing (`transient_statuses`, by default 408, 409, 423,
-//! 425 and 429) are not outcomes, through the real binary: the client gets the provider's answer
-//! with its `Retry-After`, nothing is recorded, and the next attempt with the same key goes to
-//! the provider and is charged once. A final refusal (402) is recorded and replayed as before.
+//! What the provider's answers mean to an idempotent route, through the real binary. Answers that
+//! say the provider did nothing (`transient_statuses`, by default 408, 409, 423, 425 and 429) are
+//! not outcomes: the client gets the provider's answer with its `Retry-After`, nothing is
+//! recorded, and the next attempt with the same key goes to the provider and is charged once. A
+//! final refusal (402) is recorded and replayed as before. The provider's own replays (its
+//! `Idempotent-Replayed`) are passed on and counted apart from the gateway's.
 
+use crate::support::process::Launch;
 use crate::support::provider::Provider;
 use crate::support::{send, GatewayProcess};
 
@@ -71,4 +74,72 @@ async fn a_final_refusal_is_recorded_and_replayed_and_the_list_can_be_emptied() 
     }
     assert_eq!(provider.calls(), 2);
     assert!(provider.charges().is_empty());
+}
+
+/// The value of one series in a Prometheus exposition (0 when absent).
+fn series(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn the_providers_replays_are_counted_as_the_providers_not_the_gateways() {
+    let provider = Provider::start(true).await;
+    provider.mark_replays();
+    let dir = tempfile::tempdir().unwrap();
+    // Two routes send the same key to the provider: the second one's first call is answered
+    // from the provider's record.
+    let routes = format!(
+        "{}{}",
+        payouts(&provider, ""),
+        payouts(&provider, "")
+            .replace("name = \"payouts\"", "name = \"again\"")
+            .replace("/payouts/", "/again/")
+    );
+    let token = "provider-replays-admin-token";
+    let gateway = Launch::new().admin(token, "").start(dir.path(), &routes);
+    let first = send("POST", &gateway.url("/payouts/1"), &[], "amount=1").await;
+    assert_eq!(first.status.as_u16(), 201);
+    let by_provider = send("POST", &gateway.url("/again/1"), &[], "amount=1").await;
+    assert_eq!(by_provider.status.as_u16(), 201);
+    assert_eq!(
+        by_provider
+            .headers
+            .get("idempotent-replayed")
+            .map(|v| v.as_bytes()),
+        Some(&b"true"[..]),
+        "the provider's replay header is passed on"
+    );
+    let by_gateway = send("POST", &gateway.url("/payouts/1"), &[], "amount=1").await;
+    assert_eq!(by_gateway.status.as_u16(), 201);
+    assert_eq!(provider.calls(), 2);
+    assert_eq!(provider.charges().len(), 1);
+    let bearer = format!("Bearer {token}");
+    let metrics = send(
+        "GET",
+        &gateway.admin_url("/metrics"),
+        &[("authorization", &bearer)],
+        "",
+    )
+    .await;
+    let metrics = String::from_utf8(metrics.body.to_vec()).unwrap();
+    let requests = |route: &str, outcome: &str| {
+        series(
+            &metrics,
+            &format!("fencegate_requests_total{{outcome=\"{outcome}\",route=\"{route}\"}}"),
+        )
+    };
+    assert_eq!(requests("again", "replayed"), 0, "{metrics}");
+    assert_eq!(requests("again", "forwarded"), 1, "{metrics}");
+    assert_eq!(requests("payouts", "replayed"), 1, "{metrics}");
+    assert_eq!(
+        series(
+            &metrics,
+            "fencegate_idempotency_provider_replays_total{route=\"again\"}"
+        ),
+        1,
+        "{metrics}"
+    );
 }

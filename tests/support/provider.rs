@@ -42,6 +42,8 @@ struct State {
     faults: VecDeque<Fault>,
     /// Statuses the next calls are answered with before anything is charged.
     refusals: VecDeque<u16>,
+    /// Whether an answer from a known key carries `Idempotent-Replayed: true`, as Stripe's do.
+    marks_replays: bool,
     calls: usize,
 }
 
@@ -105,6 +107,12 @@ impl Provider {
             .push_back(status);
     }
 
+    /// From now on an answer from a known key carries `Idempotent-Replayed: true`, as Stripe's
+    /// replays do.
+    pub fn mark_replays(&self) {
+        self.state.lock().expect("provider lock").marks_replays = true;
+    }
+
     pub fn charges(&self) -> Vec<Charge> {
         self.state.lock().expect("provider lock").charges.clone()
     }
@@ -165,6 +173,14 @@ async fn handle(
             .filter(|_| honours_keys)
             .and_then(|k| state.answers.get(k).cloned());
         match known {
+            Some((status, text)) if state.marks_replays => {
+                return Ok(Response::builder()
+                    .status(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
+                    .header("content-type", "application/json")
+                    .header("idempotent-replayed", "true")
+                    .body(Full::new(Bytes::from(text)))
+                    .expect("static response"));
+            }
             Some(answer) => (answer, None),
             None => {
                 state.charges.push(Charge {

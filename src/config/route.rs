@@ -137,6 +137,22 @@ pub struct IdempotencyConfig {
     /// key (Stripe: `Idempotent-Replayed`): passed on, and counted as the provider's replay.
     #[serde(default = "default_provider_replay_header")]
     pub provider_replay_header: String,
+    /// How the key is written in its header: as it is (`bare`), or as a Structured Fields string
+    /// (`sf-string`, RFC 8941: in double quotes, `"` and `\` escaped), as the IETF httpapi
+    /// Idempotency-Key draft defines the field.
+    #[serde(default)]
+    pub key_encoding: KeyEncoding,
+}
+
+/// How an idempotency key is written in its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyEncoding {
+    /// The key itself (what Stripe and most providers take).
+    #[default]
+    Bare,
+    /// A Structured Fields string: `"payout:7"`.
+    SfString,
 }
 
 /// How a derived idempotency key is written.

@@ -5,7 +5,7 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use crate::config::KeyFormat;
+use crate::config::{KeyEncoding, KeyFormat};
 
 /// The key sent upstream for a rendered template, written in `format`: the text itself (`raw`),
 /// or a digest of it — HMAC-SHA256(secret, text) when the route has a secret (so keys reveal
@@ -37,6 +37,59 @@ pub fn idempotency_key(
         key.truncate(max);
     }
     key
+}
+
+/// The key as its header carries it: itself, or as a Structured Fields string (RFC 8941 §3.3.3:
+/// in double quotes, with `"` and `\` escaped by a backslash).
+pub fn encode_key(key: &str, encoding: KeyEncoding) -> String {
+    match encoding {
+        KeyEncoding::Bare => key.to_owned(),
+        KeyEncoding::SfString => {
+            let mut quoted = String::with_capacity(key.len() + 2);
+            quoted.push('"');
+            for c in key.chars() {
+                if matches!(c, '"' | '\\') {
+                    quoted.push('\\');
+                }
+                quoted.push(c);
+            }
+            quoted.push('"');
+            quoted
+        }
+    }
+}
+
+/// The key a client's header value carries: under `sf-string`, a well-formed Structured Fields
+/// string is unquoted (so that the key is recorded, and sent, once quoted); anything else is the
+/// key as it stands.
+pub fn decode_client_key(value: &str, encoding: KeyEncoding) -> String {
+    if encoding == KeyEncoding::SfString {
+        if let Some(inner) = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+            if let Some(key) = unescape_sf_string(inner) {
+                return key;
+            }
+        }
+    }
+    value.to_owned()
+}
+
+/// The content of a Structured Fields string between its quotes: printable ASCII, with `"` and
+/// `\` escaped; `None` when it is not one.
+fn unescape_sf_string(inner: &str) -> Option<String> {
+    let mut key = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(escaped @ ('"' | '\\')) => key.push(escaped),
+                _ => return None,
+            },
+            '"' => return None,
+            ' '..='~' => key.push(c),
+            _ => return None,
+        }
+    }
+    Some(key)
 }
 
 /// The first 128 bits of a digest written as a UUID with the version-4 and RFC 9562 variant bits
@@ -74,6 +127,43 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_are_written_as_structured_fields_strings_on_request() {
+        assert_eq!(encode_key("payout:7", KeyEncoding::Bare), "payout:7");
+        assert_eq!(
+            encode_key("payout:7", KeyEncoding::SfString),
+            "\"payout:7\""
+        );
+        assert_eq!(
+            encode_key("a\"b\\c", KeyEncoding::SfString),
+            "\"a\\\"b\\\\c\""
+        );
+        for (sent, key) in [
+            ("\"abc\"", "abc"),
+            ("abc", "abc"),
+            ("\"a\\\"b\"", "a\"b"),
+            // Not a well-formed string: the key as it stands.
+            ("\"a\\x\"", "\"a\\x\""),
+            ("\"a\"b\"", "\"a\"b\""),
+        ] {
+            assert_eq!(
+                decode_client_key(sent, KeyEncoding::SfString),
+                key,
+                "{sent}"
+            );
+            let again = encode_key(
+                &decode_client_key(sent, KeyEncoding::SfString),
+                KeyEncoding::SfString,
+            );
+            assert_eq!(
+                decode_client_key(&again, KeyEncoding::SfString),
+                key,
+                "{sent}"
+            );
+        }
+        assert_eq!(decode_client_key("\"abc\"", KeyEncoding::Bare), "\"abc\"");
+    }
 
     #[test]
     fn hex_is_two_lowercase_digits_per_byte() {

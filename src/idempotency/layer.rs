@@ -14,7 +14,9 @@ use tower::{Layer, Service};
 
 use super::admission::{advance_and_begin, IntentBackend};
 use super::capture::{read_prefix, read_request, Prefix, ReadFailure};
-use super::{fingerprint, idempotency_key, now_ms, IdempotencySettings};
+use super::{
+    decode_client_key, encode_key, fingerprint, idempotency_key, now_ms, IdempotencySettings,
+};
 use crate::budget::{Budgeted, MemoryBudget};
 use crate::config::{ClientKey, UnknownOutcome};
 use crate::error::GatewayError;
@@ -192,7 +194,7 @@ where
             })
         }
     };
-    let value = HeaderValue::from_str(&sent_key)
+    let value = HeaderValue::from_str(&encode_key(&sent_key, settings.key_encoding))
         .map_err(|_| GatewayError::Internal("idempotency key is not a header value"))?;
     parts.headers.insert(settings.header.clone(), value);
     let forwarded = inner
@@ -311,7 +313,7 @@ fn key_for(
         .filter(|v| !v.is_empty());
     match (settings.client_key, client) {
         (ClientKey::Keep | ClientKey::Require, Some(client)) => {
-            return within_limit(client.to_owned(), settings)
+            return within_limit(decode_client_key(client, settings.key_encoding), settings)
         }
         (ClientKey::Require, None) => {
             return Err(GatewayError::IdempotencyKeyRequired {

@@ -13,7 +13,7 @@ pub mod reconcile;
 
 pub use crate::route::{IdempotencySettings, SettingsError, TEMPLATE_EXTRAS};
 pub use admission::IntentBackend;
-pub use key::{fingerprint, idempotency_key};
+pub use key::{decode_client_key, encode_key, fingerprint, idempotency_key};
 pub use layer::{Idempotency, IdempotencyLayer};
 
 /// Milliseconds since the Unix epoch, the clock intent records use.

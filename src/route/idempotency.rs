@@ -6,7 +6,7 @@ use std::time::Duration;
 use http::HeaderName;
 
 use super::{KeyTemplate, PathPattern};
-use crate::config::{ClientKey, IdempotencyConfig, KeyFormat, UnknownOutcome};
+use crate::config::{ClientKey, IdempotencyConfig, KeyEncoding, KeyFormat, UnknownOutcome};
 
 /// Names a key template may use besides the path's segments.
 pub const TEMPLATE_EXTRAS: [&str; 3] = ["resource_key", "method", "route"];
@@ -30,6 +30,8 @@ pub struct IdempotencySettings {
     pub transient_statuses: Vec<http::StatusCode>,
     /// The header the provider marks its own replays with.
     pub provider_replay_header: HeaderName,
+    /// How the key is written in its header.
+    pub key_encoding: KeyEncoding,
 }
 
 impl IdempotencySettings {
@@ -157,6 +159,7 @@ impl IdempotencySettings {
                 )
             })?;
         Ok(IdempotencySettings {
+            key_encoding: config.key_encoding,
             provider_replay_header,
             transient_statuses,
             header,

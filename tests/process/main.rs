@@ -28,5 +28,5 @@ mod shutdown;
 mod stripe;
 mod telemetry;
 mod token_snippets;
-mod transient_answers;
+mod provider_contracts;
 mod walkthrough;

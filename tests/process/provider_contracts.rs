@@ -3,7 +3,8 @@
 //! not outcomes: the client gets the provider's answer with its `Retry-After`, nothing is
 //! recorded, and the next attempt with the same key goes to the provider and is charged once. A
 //! final refusal (402) is recorded and replayed as before. The provider's own replays (its
-//! `Idempotent-Replayed`) are passed on and counted apart from the gateway's.
+//! `Idempotent-Replayed`) are passed on and counted apart from the gateway's. The key can be sent
+//! as the IETF draft's Structured Fields string.
 
 use crate::support::process::Launch;
 use crate::support::provider::Provider;
@@ -141,5 +142,50 @@ async fn the_providers_replays_are_counted_as_the_providers_not_the_gateways() {
         ),
         1,
         "{metrics}"
+    );
+}
+
+/// `key_encoding = "sf-string"`: the key goes out as a Structured Fields string, as the IETF
+/// httpapi draft defines the field; a client's own key (`client_key = "keep"`), quoted or not, is
+/// recorded unquoted and sent quoted once.
+#[tokio::test]
+async fn keys_are_sent_as_structured_fields_strings_when_the_route_says_so() {
+    let provider = Provider::start(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let route = payouts(&provider, "key_encoding = \"sf-string\"\nclient_key = \"keep\"");
+    let gateway = GatewayProcess::start(dir.path(), &route);
+    let derived = send("POST", &gateway.url("/payouts/1"), &[], "amount=1").await;
+    assert_eq!(derived.status.as_u16(), 201);
+    for client in ["\"ck-2\"", "ck-3", "\"a\\\"b\""] {
+        let reply = send(
+            "POST",
+            &gateway.url("/payouts/9"),
+            &[("idempotency-key", client)],
+            "amount=1",
+        )
+        .await;
+        assert_eq!(reply.status.as_u16(), 201, "{client}");
+    }
+    // The quoted and the bare spelling of one client key are one key: replayed.
+    let again = send(
+        "POST",
+        &gateway.url("/payouts/9"),
+        &[("idempotency-key", "\"ck-3\"")],
+        "amount=1",
+    )
+    .await;
+    assert_eq!(
+        again.headers.get("idempotent-replayed").map(|v| v.as_bytes()),
+        Some(&b"true"[..])
+    );
+    let keys: Vec<Option<String>> = provider.charges().into_iter().map(|c| c.key).collect();
+    assert_eq!(
+        keys,
+        [
+            Some("\"payout:1\"".to_owned()),
+            Some("\"ck-2\"".to_owned()),
+            Some("\"ck-3\"".to_owned()),
+            Some("\"a\\\"b\"".to_owned()),
+        ]
     );
 }

@@ -142,6 +142,24 @@ pub struct IdempotencyConfig {
     /// Idempotency-Key draft defines the field.
     #[serde(default)]
     pub key_encoding: KeyEncoding,
+    /// What a request does whose key template names an input it does not carry (a header or
+    /// query parameter that is absent).
+    #[serde(default)]
+    pub when_missing: WhenMissing,
+}
+
+/// What a request does when its key template's input is absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WhenMissing {
+    /// 400 `invalid-resource-key`: nothing is forwarded.
+    #[default]
+    Refuse,
+    /// Forwarded without a key and without an intent (its fence is still checked): for calls
+    /// the provider does not need keyed.
+    Passthrough,
+    /// The client's own key (the route's header), if it sent one; else refused.
+    ClientKey,
 }
 
 /// How an idempotency key is written in its header.

@@ -18,9 +18,10 @@ use super::{
     decode_client_key, encode_key, fingerprint, idempotency_key, now_ms, IdempotencySettings,
 };
 use crate::budget::{Budgeted, MemoryBudget};
-use crate::config::{ClientKey, UnknownOutcome};
+use crate::config::{ClientKey, UnknownOutcome, WhenMissing};
 use crate::error::GatewayError;
 use crate::extensions::{Admission, AdvanceBy, GatewayReplay};
+use crate::fence::advance;
 use crate::proxy::{full_body, Prefixed, ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
@@ -114,7 +115,27 @@ where
     let intents = backend.intents.as_ref();
     let admission = request.extensions().get::<Admission>().cloned();
     let owes_advance = request.extensions().get::<AdvanceBy>() == Some(&AdvanceBy::Intent);
-    let sent_key = key_for(&request, route, routed, settings)?;
+    let sent_key = match key_for(&request, route, routed, settings) {
+        Ok(key) => key,
+        Err(GatewayError::KeyUnavailable { error }) if error.is_missing_input() => {
+            match settings.when_missing {
+                WhenMissing::Refuse => return Err(GatewayError::KeyUnavailable { error }),
+                WhenMissing::Passthrough => {
+                    // Not keyed, not recorded; but a write whose advance routing left to this
+                    // layer is fenced here all the same.
+                    if let Some(admission) = admission.as_ref().filter(|_| owes_advance) {
+                        advance(route, admission, backend.fences.as_ref()).await?;
+                    }
+                    return inner.call(request).await;
+                }
+                WhenMissing::ClientKey => match client_key_of(&request, settings) {
+                    Some(client) => within_limit(client, settings)?,
+                    None => return Err(GatewayError::KeyUnavailable { error }),
+                },
+            }
+        }
+        Err(error) => return Err(error),
+    };
     let record_key = format!("{}/{sent_key}", route.name);
     let fence = admission.as_ref().map_or(0, |admission| admission.token);
     let (mut parts, body) = request.into_parts();
@@ -305,15 +326,10 @@ fn key_for(
     routed: &RouteMatch,
     settings: &IdempotencySettings,
 ) -> Result<String, GatewayError> {
-    let client = request
-        .headers()
-        .get(&settings.header)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty());
+    let client = client_key_of(request, settings);
     match (settings.client_key, client) {
         (ClientKey::Keep | ClientKey::Require, Some(client)) => {
-            return within_limit(decode_client_key(client, settings.key_encoding), settings)
+            return within_limit(client, settings)
         }
         (ClientKey::Require, None) => {
             return Err(GatewayError::IdempotencyKeyRequired {
@@ -362,6 +378,17 @@ fn key_for(
         ),
         settings,
     )
+}
+
+/// The key the client sent in the route's header, if any (unquoted under `sf-string`).
+fn client_key_of(request: &Request<RequestBody>, settings: &IdempotencySettings) -> Option<String> {
+    request
+        .headers()
+        .get(&settings.header)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(|client| decode_client_key(client, settings.key_encoding))
 }
 
 /// A key longer than the provider takes is refused before anything is recorded (digests were

@@ -6,7 +6,9 @@ use std::time::Duration;
 use http::HeaderName;
 
 use super::{KeyTemplate, PathPattern};
-use crate::config::{ClientKey, IdempotencyConfig, KeyEncoding, KeyFormat, UnknownOutcome};
+use crate::config::{
+    ClientKey, IdempotencyConfig, KeyEncoding, KeyFormat, UnknownOutcome, WhenMissing,
+};
 
 /// Names a key template may use besides the path's segments.
 pub const TEMPLATE_EXTRAS: [&str; 3] = ["resource_key", "method", "route"];
@@ -32,6 +34,8 @@ pub struct IdempotencySettings {
     pub provider_replay_header: HeaderName,
     /// How the key is written in its header.
     pub key_encoding: KeyEncoding,
+    /// What a request whose key input is absent does.
+    pub when_missing: WhenMissing,
 }
 
 impl IdempotencySettings {
@@ -159,6 +163,7 @@ impl IdempotencySettings {
                 )
             })?;
         Ok(IdempotencySettings {
+            when_missing: config.when_missing,
             key_encoding: config.key_encoding,
             provider_replay_header,
             transient_statuses,

@@ -82,6 +82,17 @@ pub enum RenderError {
     },
 }
 
+impl RenderError {
+    /// Whether the request does not carry an input the key needs at all (rather than carrying
+    /// it in a form that is refused).
+    pub fn is_missing_input(&self) -> bool {
+        matches!(
+            self,
+            RenderError::MissingHeader(_) | RenderError::MissingQuery(_)
+        )
+    }
+}
+
 /// The template as a route's configuration would spell it.
 impl std::fmt::Display for KeyTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -152,7 +152,10 @@ async fn the_providers_replays_are_counted_as_the_providers_not_the_gateways() {
 async fn keys_are_sent_as_structured_fields_strings_when_the_route_says_so() {
     let provider = Provider::start(true).await;
     let dir = tempfile::tempdir().unwrap();
-    let route = payouts(&provider, "key_encoding = \"sf-string\"\nclient_key = \"keep\"");
+    let route = payouts(
+        &provider,
+        "key_encoding = \"sf-string\"\nclient_key = \"keep\"",
+    );
     let gateway = GatewayProcess::start(dir.path(), &route);
     let derived = send("POST", &gateway.url("/payouts/1"), &[], "amount=1").await;
     assert_eq!(derived.status.as_u16(), 201);
@@ -175,7 +178,10 @@ async fn keys_are_sent_as_structured_fields_strings_when_the_route_says_so() {
     )
     .await;
     assert_eq!(
-        again.headers.get("idempotent-replayed").map(|v| v.as_bytes()),
+        again
+            .headers
+            .get("idempotent-replayed")
+            .map(|v| v.as_bytes()),
         Some(&b"true"[..])
     );
     let keys: Vec<Option<String>> = provider.charges().into_iter().map(|c| c.key).collect();
@@ -188,4 +194,68 @@ async fn keys_are_sent_as_structured_fields_strings_when_the_route_says_so() {
             Some("\"a\\\"b\"".to_owned()),
         ]
     );
+}
+
+/// A route keyed by a header the client may leave out (`key = "payout:{header:Payout-Id}"`), on a
+/// fenced route whose advance the idempotency layer makes.
+fn keyed_by_header(provider: &Provider, when_missing: &str) -> String {
+    format!(
+        "[[routes]]\nname = \"charges\"\npath = \"/charges/{{id}}\"\nupstream = \"{}\"\nresource_key = \"charge:{{id}}\"\ntimeout = \"2s\"\n\n[routes.idempotency]\nkey = \"payout:{{header:Payout-Id}}\"\n{when_missing}\n",
+        provider.url()
+    )
+}
+
+#[tokio::test]
+async fn a_missing_key_input_is_refused_passed_through_or_taken_from_the_client() {
+    let provider = Provider::start(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = GatewayProcess::start(dir.path(), &keyed_by_header(&provider, ""));
+    let refused = send("POST", &gateway.url("/charges/1"), &[("x-fence", "5")], "a=1").await;
+    assert_eq!(refused.status.as_u16(), 400, "default: refuse");
+    assert_eq!(provider.calls(), 0);
+    drop(gateway);
+
+    // passthrough: forwarded unkeyed and unrecorded, each time; the fence still holds.
+    let provider = Provider::start(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let route = keyed_by_header(&provider, "when_missing = \"passthrough\"");
+    let gateway = GatewayProcess::start(dir.path(), &route);
+    for _ in 0..2 {
+        let reply = send("POST", &gateway.url("/charges/1"), &[("x-fence", "5")], "a=1").await;
+        assert_eq!(reply.status.as_u16(), 201, "{:?}", reply.body);
+    }
+    let keys: Vec<Option<String>> = provider.charges().into_iter().map(|c| c.key).collect();
+    assert_eq!(keys, [None, None]);
+    let stale = send("POST", &gateway.url("/charges/1"), &[("x-fence", "4")], "a=1").await;
+    assert_eq!(stale.status.as_u16(), 409, "a stale unkeyed write is still fenced");
+    let keyed = send(
+        "POST",
+        &gateway.url("/charges/1"),
+        &[("x-fence", "5"), ("payout-id", "7")],
+        "a=1",
+    )
+    .await;
+    assert_eq!(keyed.status.as_u16(), 201);
+    assert_eq!(provider.charges()[2].key.as_deref(), Some("payout:7"));
+    drop(gateway);
+
+    // client_key: the client's own key when it sent one, else refused.
+    let provider = Provider::start(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let route = keyed_by_header(&provider, "when_missing = \"client_key\"");
+    let gateway = GatewayProcess::start(dir.path(), &route);
+    for _ in 0..2 {
+        let reply = send(
+            "POST",
+            &gateway.url("/charges/1"),
+            &[("x-fence", "5"), ("idempotency-key", "client-9")],
+            "a=1",
+        )
+        .await;
+        assert_eq!(reply.status.as_u16(), 201);
+    }
+    let bare = send("POST", &gateway.url("/charges/1"), &[("x-fence", "5")], "a=1").await;
+    assert_eq!(bare.status.as_u16(), 400);
+    assert_eq!(provider.calls(), 1, "the repeat was replayed, the keyless call refused");
+    assert_eq!(provider.charges()[0].key.as_deref(), Some("client-9"));
 }

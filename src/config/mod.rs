@@ -31,10 +31,10 @@ pub use fence::{
 };
 pub use load::{check_environment, load_file, parse_str};
 pub use route::{
-    ClientKey, CollectionWrites, FormatSuffix, IdempotencyConfig, KeyEncoding, KeyFormat,
-    PathParameters, RouteConfig, UnknownOutcome, WhenMissing, DEFAULT_IDEMPOTENCY_HEADER,
-    DEFAULT_MAX_BODY, DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_STORED_BODY, DEFAULT_RETENTION,
-    DEFAULT_UPSTREAM_TIMEOUT,
+    ClientKey, CollectionWrites, CompletedWhenConfig, FormatSuffix, IdempotencyConfig, KeyEncoding,
+    KeyFormat, PathParameters, RouteConfig, UnknownOutcome, WhenMissing,
+    DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_BODY, DEFAULT_MAX_REQUEST_BODY,
+    DEFAULT_MAX_STORED_BODY, DEFAULT_RETENTION, DEFAULT_UPSTREAM_TIMEOUT,
 };
 pub use sections::{RestartSections, RESTART_SECTIONS};
 pub use server::{

@@ -146,6 +146,23 @@ pub struct IdempotencyConfig {
     /// query parameter that is absent).
     #[serde(default)]
     pub when_missing: WhenMissing,
+    /// For providers that report errors inside a 2xx body (GraphQL): what the JSON body of an
+    /// answer must say for it to be recorded as the outcome; any other answer releases the
+    /// intent, as a transient one does.
+    #[serde(default)]
+    pub completed_when: Option<CompletedWhenConfig>,
+}
+
+/// `[routes.idempotency.completed_when]`: a JSON pointer (RFC 6901) into the answer's body, and
+/// either `absent = true` (`/errors`) or the value it must `equals` (`/status` = `"COMPLETED"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletedWhenConfig {
+    pub pointer: String,
+    #[serde(default)]
+    pub absent: bool,
+    #[serde(default)]
+    pub equals: Option<serde_json::Value>,
 }
 
 /// What a request does when its key template's input is absent.

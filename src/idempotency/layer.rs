@@ -25,7 +25,7 @@ use crate::fence::advance;
 use crate::proxy::{full_body, Prefixed, ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
-use crate::store::{BeginRequest, Begun, Resolution, StoreError, StoredOutcome};
+use crate::store::{BeginRequest, Begun, IntentStore, Resolution, StoreError, StoredOutcome};
 use crate::telemetry::{AccessNote, Verdict};
 
 /// Header marking an answer replayed from a stored outcome.
@@ -224,16 +224,8 @@ where
     let response = match forwarded {
         Ok(response) if settings.is_transient(response.status()) => {
             // The provider did nothing (rate limited, busy, the key in use): no outcome to keep,
-            // and the answer goes to the client as it came, `Retry-After` included. A fresh
-            // intent is released, so the next attempt goes to the provider; a re-submission keeps
-            // its intent, whose earlier attempt's outcome is still unknown.
-            if fresh {
-                let _ = intents
-                    .resolve(&record_key, Resolution::Release, now_ms())
-                    .await;
-            } else {
-                let _ = intents.abandon(&record_key, &attempt, now_ms()).await;
-            }
+            // and the answer goes to the client as it came, `Retry-After` included.
+            let_go(intents, &record_key, &attempt, fresh).await;
             RouteCounters::bump(&route.counters.transient_answers);
             tracing::info!(route = %route.name, key = %record_key, status = response.status().as_u16(), "transient answer: the intent is released, not recorded");
             return Ok(response);
@@ -288,6 +280,15 @@ where
             return Err(GatewayError::UpstreamBodyFailed {});
         }
     };
+    if let Some(rule) = &settings.completed_when {
+        // An answer too long to read whole cannot be shown to say "completed" either.
+        if !(complete && rule.holds(&stored_body)) {
+            let_go(intents, &record_key, &attempt, fresh).await;
+            RouteCounters::bump(&route.counters.transient_answers);
+            tracing::info!(route = %route.name, key = %record_key, status = head.status.as_u16(), "the answer's body does not say completed (completed_when): the intent is released, not recorded");
+            return Ok(Response::from_parts(head, reply_body));
+        }
+    }
     let outcome = StoredOutcome {
         status: head.status.as_u16(),
         headers: settings
@@ -378,6 +379,19 @@ fn key_for(
         ),
         settings,
     )
+}
+
+/// Lets go of an attempt whose answer is not an outcome (the provider did nothing): a fresh
+/// intent is released, so the next attempt goes to the provider; a re-submission keeps its intent
+/// `SUBMITTING`, since the earlier attempt's outcome is still unknown.
+async fn let_go(intents: &dyn IntentStore, record_key: &str, attempt: &str, fresh: bool) {
+    if fresh {
+        let _ = intents
+            .resolve(record_key, Resolution::Release, now_ms())
+            .await;
+    } else {
+        let _ = intents.abandon(record_key, attempt, now_ms()).await;
+    }
 }
 
 /// The key the client sent in the route's header, if any (unquoted under `sf-string`).

@@ -7,7 +7,8 @@ use http::HeaderName;
 
 use super::{KeyTemplate, PathPattern};
 use crate::config::{
-    ClientKey, IdempotencyConfig, KeyEncoding, KeyFormat, UnknownOutcome, WhenMissing,
+    ClientKey, CompletedWhenConfig, IdempotencyConfig, KeyEncoding, KeyFormat, UnknownOutcome,
+    WhenMissing,
 };
 
 /// Names a key template may use besides the path's segments.
@@ -36,6 +37,54 @@ pub struct IdempotencySettings {
     pub key_encoding: KeyEncoding,
     /// What a request whose key input is absent does.
     pub when_missing: WhenMissing,
+    /// What an answer's JSON body must say to be recorded as the outcome.
+    pub completed_when: Option<CompletedWhen>,
+}
+
+/// `completed_when`, compiled: where to look in an answer's JSON body, and what must be there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompletedWhen {
+    pointer: String,
+    expect: Expected,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Expected {
+    Absent,
+    Equals(serde_json::Value),
+}
+
+impl CompletedWhen {
+    fn compile(config: &CompletedWhenConfig) -> Result<CompletedWhen, String> {
+        if !(config.pointer.is_empty() || config.pointer.starts_with('/')) {
+            return Err(format!(
+                "pointer {:?} is not a JSON pointer (RFC 6901: empty, or starting with '/')",
+                config.pointer
+            ));
+        }
+        let expect = match (config.absent, &config.equals) {
+            (true, None) => Expected::Absent,
+            (false, Some(value)) => Expected::Equals(value.clone()),
+            _ => return Err("set exactly one of `absent = true` and `equals = VALUE`".to_owned()),
+        };
+        Ok(CompletedWhen {
+            pointer: config.pointer.clone(),
+            expect,
+        })
+    }
+
+    /// Whether `body` is a JSON document that says the provider completed the call. A body that
+    /// is not JSON says nothing of the kind.
+    pub fn holds(&self, body: &[u8]) -> bool {
+        let Ok(document) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return false;
+        };
+        let found = document.pointer(&self.pointer);
+        match &self.expect {
+            Expected::Absent => found.is_none_or(serde_json::Value::is_null),
+            Expected::Equals(value) => found == Some(value),
+        }
+    }
 }
 
 impl IdempotencySettings {
@@ -162,7 +211,14 @@ impl IdempotencySettings {
                     "not a valid header name".to_owned(),
                 )
             })?;
+        let completed_when = config
+            .completed_when
+            .as_ref()
+            .map(CompletedWhen::compile)
+            .transpose()
+            .map_err(|message| error("idempotency.completed_when", message))?;
         Ok(IdempotencySettings {
+            completed_when,
             when_missing: config.when_missing,
             key_encoding: config.key_encoding,
             provider_replay_header,
@@ -208,6 +264,37 @@ mod tests {
     fn compile(table: &str) -> Result<IdempotencySettings, SettingsError> {
         let config: IdempotencyConfig = toml::from_str(table).expect("table");
         IdempotencySettings::compile(&config, &PathPattern::parse("/p/{id}").expect("pattern"))
+    }
+
+    #[test]
+    fn completed_when_reads_the_answers_json_body() {
+        let absent =
+            compile("key = \"p:{id}\"\n[completed_when]\npointer = \"/errors\"\nabsent = true")
+                .expect("settings")
+                .completed_when
+                .expect("rule");
+        assert!(absent.holds(br#"{"data":{"charge":"ch_1"}}"#));
+        assert!(absent.holds(br#"{"data":{},"errors":null}"#));
+        assert!(!absent.holds(br#"{"errors":[{"message":"declined"}]}"#));
+        assert!(!absent.holds(b"not json"));
+        let equals = compile(
+            "key = \"p:{id}\"\n[completed_when]\npointer = \"/status\"\nequals = \"COMPLETED\"",
+        )
+        .expect("settings")
+        .completed_when
+        .expect("rule");
+        assert!(equals.holds(br#"{"status":"COMPLETED"}"#));
+        assert!(!equals.holds(br#"{"status":"FAILED"}"#));
+        assert!(!equals.holds(br#"{}"#));
+        for bad in [
+            "pointer = \"errors\"\nabsent = true",
+            "pointer = \"/errors\"",
+            "pointer = \"/s\"\nabsent = true\nequals = 1",
+        ] {
+            let error = compile(&format!("key = \"p:{{id}}\"\n[completed_when]\n{bad}"))
+                .expect_err("refused");
+            assert_eq!(error.field, "idempotency.completed_when", "{bad}");
+        }
     }
 
     #[test]

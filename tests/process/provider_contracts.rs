@@ -210,7 +210,13 @@ async fn a_missing_key_input_is_refused_passed_through_or_taken_from_the_client(
     let provider = Provider::start(true).await;
     let dir = tempfile::tempdir().unwrap();
     let gateway = GatewayProcess::start(dir.path(), &keyed_by_header(&provider, ""));
-    let refused = send("POST", &gateway.url("/charges/1"), &[("x-fence", "5")], "a=1").await;
+    let refused = send(
+        "POST",
+        &gateway.url("/charges/1"),
+        &[("x-fence", "5")],
+        "a=1",
+    )
+    .await;
     assert_eq!(refused.status.as_u16(), 400, "default: refuse");
     assert_eq!(provider.calls(), 0);
     drop(gateway);
@@ -221,13 +227,29 @@ async fn a_missing_key_input_is_refused_passed_through_or_taken_from_the_client(
     let route = keyed_by_header(&provider, "when_missing = \"passthrough\"");
     let gateway = GatewayProcess::start(dir.path(), &route);
     for _ in 0..2 {
-        let reply = send("POST", &gateway.url("/charges/1"), &[("x-fence", "5")], "a=1").await;
+        let reply = send(
+            "POST",
+            &gateway.url("/charges/1"),
+            &[("x-fence", "5")],
+            "a=1",
+        )
+        .await;
         assert_eq!(reply.status.as_u16(), 201, "{:?}", reply.body);
     }
     let keys: Vec<Option<String>> = provider.charges().into_iter().map(|c| c.key).collect();
     assert_eq!(keys, [None, None]);
-    let stale = send("POST", &gateway.url("/charges/1"), &[("x-fence", "4")], "a=1").await;
-    assert_eq!(stale.status.as_u16(), 409, "a stale unkeyed write is still fenced");
+    let stale = send(
+        "POST",
+        &gateway.url("/charges/1"),
+        &[("x-fence", "4")],
+        "a=1",
+    )
+    .await;
+    assert_eq!(
+        stale.status.as_u16(),
+        409,
+        "a stale unkeyed write is still fenced"
+    );
     let keyed = send(
         "POST",
         &gateway.url("/charges/1"),
@@ -254,8 +276,67 @@ async fn a_missing_key_input_is_refused_passed_through_or_taken_from_the_client(
         .await;
         assert_eq!(reply.status.as_u16(), 201);
     }
-    let bare = send("POST", &gateway.url("/charges/1"), &[("x-fence", "5")], "a=1").await;
+    let bare = send(
+        "POST",
+        &gateway.url("/charges/1"),
+        &[("x-fence", "5")],
+        "a=1",
+    )
+    .await;
     assert_eq!(bare.status.as_u16(), 400);
-    assert_eq!(provider.calls(), 1, "the repeat was replayed, the keyless call refused");
+    assert_eq!(
+        provider.calls(),
+        1,
+        "the repeat was replayed, the keyless call refused"
+    );
     assert_eq!(provider.charges()[0].key.as_deref(), Some("client-9"));
+}
+
+/// `completed_when`: a provider that reports errors inside a 200 (GraphQL) has only answers whose
+/// body says "completed" recorded; an error in a 200 is passed on and the next attempt goes to
+/// the provider. Without the rule (the route `plain`) the error is recorded and replayed.
+#[tokio::test]
+async fn an_error_inside_a_200_is_not_recorded_as_the_outcome() {
+    let provider = Provider::start(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let routes = format!(
+        "{}{}",
+        payouts(
+            &provider,
+            "[routes.idempotency.completed_when]\npointer = \"/errors\"\nabsent = true"
+        ),
+        payouts(&provider, "")
+            .replace("name = \"payouts\"", "name = \"plain\"")
+            .replace("/payouts/", "/plain/")
+    );
+    let gateway = GatewayProcess::start(dir.path(), &routes);
+    let error = r#"{"data":null,"errors":[{"message":"processor unavailable"}]}"#;
+    for (path, replayed_error) in [("/payouts/1", false), ("/plain/1", true)] {
+        provider.answer_next(200, error);
+        let first = send("POST", &gateway.url(path), &[], "amount=1").await;
+        assert_eq!(
+            (first.status.as_u16(), &first.body[..]),
+            (200, error.as_bytes())
+        );
+        let retry = send("POST", &gateway.url(path), &[], "amount=1").await;
+        if replayed_error {
+            assert_eq!(
+                &retry.body[..],
+                error.as_bytes(),
+                "{path}: the error replayed"
+            );
+        } else {
+            assert_eq!(retry.status.as_u16(), 201, "{path}: {:?}", retry.body);
+            let replay = send("POST", &gateway.url(path), &[], "amount=1").await;
+            assert_eq!(replay.status.as_u16(), 201, "{path}: the charge replayed");
+            assert_eq!(
+                replay
+                    .headers
+                    .get("idempotent-replayed")
+                    .map(|v| v.as_bytes()),
+                Some(&b"true"[..])
+            );
+        }
+    }
+    assert_eq!(provider.charges().len(), 1);
 }

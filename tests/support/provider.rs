@@ -40,8 +40,8 @@ struct State {
     charges: Vec<Charge>,
     answers: HashMap<String, (u16, String)>,
     faults: VecDeque<Fault>,
-    /// Statuses the next calls are answered with before anything is charged.
-    refusals: VecDeque<u16>,
+    /// Answers (status, body) the next calls get before anything is charged.
+    refusals: VecDeque<(u16, String)>,
     /// Whether an answer from a known key carries `Idempotent-Replayed: true`, as Stripe's do.
     marks_replays: bool,
     calls: usize,
@@ -100,11 +100,17 @@ impl Provider {
     /// The next call is answered `status` (with `Retry-After: 2`) and charges nothing: a rate
     /// limit, a conflicting request in flight, a declined card.
     pub fn refuse_next(&self, status: u16) {
+        self.answer_next(status, &format!("{{\"refused\":{status}}}"));
+    }
+
+    /// The next call is answered `status` with `body` (and `Retry-After: 2`) and charges nothing:
+    /// an error a GraphQL provider reports inside a 200.
+    pub fn answer_next(&self, status: u16, body: &str) {
         self.state
             .lock()
             .expect("provider lock")
             .refusals
-            .push_back(status);
+            .push_back((status, body.to_owned()));
     }
 
     /// From now on an answer from a known key carries `Idempotent-Replayed: true`, as Stripe's
@@ -160,12 +166,12 @@ async fn handle(
     let (answer, fault) = {
         let mut state = state.lock().expect("provider lock");
         state.calls += 1;
-        if let Some(status) = state.refusals.pop_front() {
+        if let Some((status, text)) = state.refusals.pop_front() {
             return Ok(Response::builder()
                 .status(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
                 .header("content-type", "application/json")
                 .header("retry-after", "2")
-                .body(Full::new(Bytes::from(format!("{{\"refused\":{status}}}"))))
+                .body(Full::new(Bytes::from(text)))
                 .expect("static response"));
         }
         let known = key

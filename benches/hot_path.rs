@@ -106,6 +106,7 @@ fn keys(c: &mut Criterion) {
         captures: &captures,
         headers: &headers,
         query: Some("draft=1"),
+        body: None,
     };
     let plain = KeyTemplate::parse("invoice:{id}", pattern.param_names()).unwrap();
     let tenant = KeyTemplate::parse(

@@ -151,6 +151,14 @@ pub struct IdempotencyConfig {
     /// intent, as a transient one does.
     #[serde(default)]
     pub completed_when: Option<CompletedWhenConfig>,
+    /// Where the key goes: `"header"` (the `header` above), or `"json:/member"`, a top-level
+    /// member of a JSON body (Square's `idempotency_key`).
+    #[serde(default = "default_inject")]
+    pub inject: String,
+}
+
+fn default_inject() -> String {
+    "header".to_owned()
 }
 
 /// `[routes.idempotency.completed_when]`: a JSON pointer (RFC 6901) into the answer's body, and

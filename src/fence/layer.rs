@@ -147,6 +147,7 @@ fn read_key_and_token<B>(
         captures,
         headers: request.headers(),
         query: request.uri().query(),
+        body: None,
     };
     let key = template.render(&parts).map_err(|error| {
         RouteCounters::bump(&counters.invalid);

@@ -14,6 +14,7 @@ use tower::{Layer, Service};
 
 use super::admission::{advance_and_begin, IntentBackend};
 use super::capture::{read_prefix, read_request, Prefix, ReadFailure};
+use super::inject::inject_json;
 use super::{
     decode_client_key, encode_key, fingerprint, idempotency_key, now_ms, IdempotencySettings,
 };
@@ -23,7 +24,7 @@ use crate::error::GatewayError;
 use crate::extensions::{Admission, AdvanceBy, GatewayReplay};
 use crate::fence::advance;
 use crate::proxy::{full_body, Prefixed, ProxyBody, ProxyFuture, RequestBody, StackService};
-use crate::route::{CompiledRoute, RequestParts, RouteMatch};
+use crate::route::{CompiledRoute, Inject, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
 use crate::store::{BeginRequest, Begun, IntentStore, Resolution, StoreError, StoredOutcome};
 use crate::telemetry::{AccessNote, Verdict};
@@ -115,29 +116,6 @@ where
     let intents = backend.intents.as_ref();
     let admission = request.extensions().get::<Admission>().cloned();
     let owes_advance = request.extensions().get::<AdvanceBy>() == Some(&AdvanceBy::Intent);
-    let sent_key = match key_for(&request, route, routed, settings) {
-        Ok(key) => key,
-        Err(GatewayError::KeyUnavailable { error }) if error.is_missing_input() => {
-            match settings.when_missing {
-                WhenMissing::Refuse => return Err(GatewayError::KeyUnavailable { error }),
-                WhenMissing::Passthrough => {
-                    // Not keyed, not recorded; but a write whose advance routing left to this
-                    // layer is fenced here all the same.
-                    if let Some(admission) = admission.as_ref().filter(|_| owes_advance) {
-                        advance(route, admission, backend.fences.as_ref()).await?;
-                    }
-                    return inner.call(request).await;
-                }
-                WhenMissing::ClientKey => match client_key_of(&request, settings) {
-                    Some(client) => within_limit(client, settings)?,
-                    None => return Err(GatewayError::KeyUnavailable { error }),
-                },
-            }
-        }
-        Err(error) => return Err(error),
-    };
-    let record_key = format!("{}/{sent_key}", route.name);
-    let fence = admission.as_ref().map_or(0, |admission| admission.token);
     let (mut parts, body) = request.into_parts();
     let (body, request_held) = read_request(body, settings.max_request_body, budget)
         .await
@@ -156,6 +134,40 @@ where
         .ok_or(GatewayError::BodyTooLarge {
             limit: settings.max_request_body,
         })?;
+    let sent_key = match key_for(&parts, &body, route, routed, settings) {
+        Ok(key) => key,
+        Err(GatewayError::KeyUnavailable { error }) if error.is_missing_input() => {
+            match settings.when_missing {
+                WhenMissing::Refuse => return Err(GatewayError::KeyUnavailable { error }),
+                WhenMissing::Passthrough => {
+                    // Not keyed, not recorded; but a write whose advance routing left to this
+                    // layer is fenced here all the same.
+                    if let Some(admission) = admission.as_ref().filter(|_| owes_advance) {
+                        advance(route, admission, backend.fences.as_ref()).await?;
+                    }
+                    return inner
+                        .call(Request::from_parts(parts, RequestBody::full(body)))
+                        .await;
+                }
+                WhenMissing::ClientKey => match client_key_of(&parts.headers, settings) {
+                    Some(client) => within_limit(client, settings)?,
+                    None => return Err(GatewayError::KeyUnavailable { error }),
+                },
+            }
+        }
+        Err(error) => return Err(error),
+    };
+    let record_key = format!("{}/{sent_key}", route.name);
+    let fence = admission.as_ref().map_or(0, |admission| admission.token);
+    // Where the provider wants the key in the body, the body it is sent with; the fingerprint
+    // stays the client's body's. Checked before anything is recorded.
+    let injected = match &settings.inject {
+        Inject::Header => None,
+        Inject::Json(pointer) => Some(
+            inject_json(&body, pointer, &sent_key)
+                .map_err(|error| GatewayError::KeyUnavailable { error })?,
+        ),
+    };
     let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let now = now_ms();
     let attempt = uuid::Uuid::new_v4().to_string();
@@ -215,11 +227,24 @@ where
             })
         }
     };
-    let value = HeaderValue::from_str(&encode_key(&sent_key, settings.key_encoding))
-        .map_err(|_| GatewayError::Internal("idempotency key is not a header value"))?;
-    parts.headers.insert(settings.header.clone(), value);
+    let sent_body = match injected {
+        Some(injected) => {
+            parts.headers.remove(http::header::TRANSFER_ENCODING);
+            parts.headers.insert(
+                http::header::CONTENT_LENGTH,
+                HeaderValue::from(injected.len()),
+            );
+            injected
+        }
+        None => {
+            let value = HeaderValue::from_str(&encode_key(&sent_key, settings.key_encoding))
+                .map_err(|_| GatewayError::Internal("idempotency key is not a header value"))?;
+            parts.headers.insert(settings.header.clone(), value);
+            body
+        }
+    };
     let forwarded = inner
-        .call(Request::from_parts(parts, RequestBody::full(body)))
+        .call(Request::from_parts(parts, RequestBody::full(sent_body)))
         .await;
     let response = match forwarded {
         Ok(response) if settings.is_transient(response.status()) => {
@@ -322,12 +347,13 @@ where
 
 /// The key to send: derived from the template, or the client's, per the route's `client_key`.
 fn key_for(
-    request: &Request<RequestBody>,
+    request: &http::request::Parts,
+    body: &[u8],
     route: &CompiledRoute,
     routed: &RouteMatch,
     settings: &IdempotencySettings,
 ) -> Result<String, GatewayError> {
-    let client = client_key_of(request, settings);
+    let client = client_key_of(&request.headers, settings);
     match (settings.client_key, client) {
         (ClientKey::Keep | ClientKey::Require, Some(client)) => {
             return within_limit(client, settings)
@@ -342,14 +368,15 @@ fn key_for(
     // The fence's key; where the fence admitted nothing (an observed refusal forwards without
     // one), the same key rendered here, so that two resources never share an idempotency key.
     let rendered_key;
-    let resource_key = match (request.extensions().get::<Admission>(), &route.resource_key) {
+    let resource_key = match (request.extensions.get::<Admission>(), &route.resource_key) {
         (Some(admission), _) => admission.key.as_str(),
         (None, Some(template)) => {
             rendered_key = template
                 .render(&RequestParts {
                     captures: &routed.captures,
-                    headers: request.headers(),
-                    query: request.uri().query(),
+                    headers: &request.headers,
+                    query: request.uri.query(),
+                    body: None,
                 })
                 .map_err(|error| GatewayError::KeyUnavailable { error })?;
             rendered_key.as_str()
@@ -358,13 +385,14 @@ fn key_for(
     };
     let captures = routed.captures.with(&[
         ("resource_key", resource_key),
-        ("method", request.method().as_str()),
+        ("method", request.method.as_str()),
         ("route", route.name.as_str()),
     ]);
     let parts = RequestParts {
         captures: &captures,
-        headers: request.headers(),
-        query: request.uri().query(),
+        headers: &request.headers,
+        query: request.uri.query(),
+        body: Some(body),
     };
     let rendered = settings
         .key
@@ -395,9 +423,8 @@ async fn let_go(intents: &dyn IntentStore, record_key: &str, attempt: &str, fres
 }
 
 /// The key the client sent in the route's header, if any (unquoted under `sf-string`).
-fn client_key_of(request: &Request<RequestBody>, settings: &IdempotencySettings) -> Option<String> {
-    request
-        .headers()
+fn client_key_of(headers: &http::HeaderMap, settings: &IdempotencySettings) -> Option<String> {
+    headers
         .get(&settings.header)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)

@@ -7,6 +7,7 @@
 mod admission;
 mod capture;
 pub mod cli;
+mod inject;
 mod key;
 mod layer;
 pub mod reconcile;

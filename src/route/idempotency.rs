@@ -39,6 +39,35 @@ pub struct IdempotencySettings {
     pub when_missing: WhenMissing,
     /// What an answer's JSON body must say to be recorded as the outcome.
     pub completed_when: Option<CompletedWhen>,
+    /// Where the key is put in the forwarded request.
+    pub inject: Inject,
+}
+
+/// Where an idempotency key goes in the forwarded request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inject {
+    /// The route's `header`.
+    Header,
+    /// A top-level member of a JSON body, named by this pointer (`/idempotency_key`).
+    Json(String),
+}
+
+impl Inject {
+    fn parse(text: &str) -> Result<Inject, String> {
+        if text == "header" {
+            return Ok(Inject::Header);
+        }
+        match text.strip_prefix("json:") {
+            Some(pointer)
+                if pointer.len() > 1 && pointer.starts_with('/') && !pointer[1..].contains('/') =>
+            {
+                Ok(Inject::Json(pointer.to_owned()))
+            }
+            _ => Err(format!(
+                "{text:?}: use \"header\" or \"json:/member\" (a top-level member of a JSON body, e.g. \"json:/idempotency_key\")"
+            )),
+        }
+    }
 }
 
 /// `completed_when`, compiled: where to look in an answer's JSON body, and what must be there.
@@ -217,7 +246,10 @@ impl IdempotencySettings {
             .map(CompletedWhen::compile)
             .transpose()
             .map_err(|message| error("idempotency.completed_when", message))?;
+        let inject = Inject::parse(&config.inject)
+            .map_err(|message| error("idempotency.inject", message))?;
         Ok(IdempotencySettings {
+            inject,
             completed_when,
             when_missing: config.when_missing,
             key_encoding: config.key_encoding,

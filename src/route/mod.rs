@@ -2,6 +2,7 @@
 //! patterns, and rendering the resource key of the match. Compiled once from the configuration;
 //! read-only on the request path.
 
+mod body_input;
 mod canonical;
 mod fold;
 mod idempotency;
@@ -15,7 +16,9 @@ mod upstream_headers;
 pub use crate::input_type::{InputType, ValueRefusal};
 pub use canonical::{canonicalize, CanonicalPath, PathRefusal, MAX_CAPTURE_LEN};
 pub use fold::same_ignoring_case;
-pub use idempotency::{is_replayable_header, IdempotencySettings, SettingsError, TEMPLATE_EXTRAS};
+pub use idempotency::{
+    is_replayable_header, IdempotencySettings, Inject, SettingsError, TEMPLATE_EXTRAS,
+};
 pub use method::{
     check_method_override, check_method_spelling, FencedMethods, MethodRefusal, UNFENCED_METHODS,
 };

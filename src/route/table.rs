@@ -378,10 +378,18 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
     let strip_response_headers = compile_strip_list(&config.strip_response_headers)
         .map_err(|e| error(config, "strip_response_headers", e.0))?;
     let resource_key = match &config.resource_key {
-        Some(template) => Some(
-            KeyTemplate::parse(template, pattern.param_names())
-                .map_err(|e| error(config, "resource_key", e.to_string()))?,
-        ),
+        Some(template) => {
+            let template = KeyTemplate::parse(template, pattern.param_names())
+                .map_err(|e| error(config, "resource_key", e.to_string()))?;
+            if template.reads_body() {
+                return Err(error(
+                    config,
+                    "resource_key",
+                    "{json:..} and {form:..} read the body, which the fence checks a token before reading; use them in [routes.idempotency] key",
+                ));
+            }
+            Some(template)
+        }
         None if config.fence.mode == FenceMode::Off => None,
         None => {
             return Err(error(

@@ -19,6 +19,10 @@ enum Part {
     Segment(String),
     Header(http::HeaderName, InputType),
     Query(String, InputType),
+    /// A string a JSON pointer names in the body.
+    Json(String, InputType),
+    /// A field of a form body.
+    Form(String, InputType),
 }
 
 /// A compiled resource-key template.
@@ -32,6 +36,8 @@ pub struct RequestParts<'a> {
     pub captures: &'a Captures,
     pub headers: &'a HeaderMap,
     pub query: Option<&'a str>,
+    /// The whole body, where it has been read (the idempotency layer); `None` before.
+    pub body: Option<&'a [u8]>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,11 +47,15 @@ pub enum TemplateError {
     #[error("placeholder {{{0}}}: not a valid header name")]
     BadHeader(String),
     #[error(
-        "placeholder {{{0}}}: unknown kind (use {{segment}}, {{header:Name}} or {{query:name}}, each optionally typed with `:int`, `:uuid` or `:str`)"
+        "placeholder {{{0}}}: unknown kind (use {{segment}}, {{header:Name}}, {{query:name}}, or in an idempotency key {{json:/pointer}} and {{form:name}}, each optionally typed with `:int`, `:uuid` or `:str`)"
     )]
     UnknownKind(String),
     #[error("placeholder {{{0}}}: unknown type (use `:int`, `:uuid` or `:str`)")]
     UnknownType(String),
+    #[error(
+        "placeholder {{{0}}}: a JSON pointer starts with '/' (RFC 6901), e.g. {{json:/payment/id}}"
+    )]
+    BadPointer(String),
     #[error("placeholder {{{0}}}: a path segment's type is declared in the route's path (`/orders/{{id:int}}`), so that the forwarded path is made canonical too")]
     TypedSegment(String),
     #[error("unbalanced '{{' or '}}'")]
@@ -75,11 +85,29 @@ pub enum RenderError {
     FormBody(String),
     #[error("the resource key is longer than {MAX_RESOURCE_KEY_LEN} bytes")]
     TooLong,
-    #[error("the resource key's {input} {refusal}")]
+    #[error("the key's {input} {refusal}")]
     Value {
         input: String,
         refusal: ValueRefusal,
     },
+    #[error("the key reads the request body, which is not read where this key is made")]
+    BodyUnavailable,
+    #[error("the key reads the request body as JSON, and it is not a JSON document")]
+    BodyNotJson,
+    #[error("the key needs the JSON string at {0:?}, which the body does not have")]
+    MissingJson(String),
+    #[error("the key needs a JSON string at {0:?}, and the body has another kind of value (or an empty string) there")]
+    JsonNotString(String),
+    #[error("the key needs form field {0:?}, and the body is not application/x-www-form-urlencoded (UTF-8)")]
+    NotAForm(String),
+    #[error("the key needs form field {0:?}, which the body does not carry")]
+    MissingForm(String),
+    #[error("the key needs form field {0:?}, which the body carries more than once or in a form upstreams read differently")]
+    RepeatedForm(String),
+    #[error("the key needs form field {0:?}, which is empty")]
+    EmptyForm(String),
+    #[error("the body already carries another value at {0:?}, where the gateway puts the idempotency key")]
+    InjectConflict(String),
 }
 
 impl RenderError {
@@ -88,7 +116,10 @@ impl RenderError {
     pub fn is_missing_input(&self) -> bool {
         matches!(
             self,
-            RenderError::MissingHeader(_) | RenderError::MissingQuery(_)
+            RenderError::MissingHeader(_)
+                | RenderError::MissingQuery(_)
+                | RenderError::MissingJson(_)
+                | RenderError::MissingForm(_)
         )
     }
 }
@@ -102,6 +133,8 @@ impl std::fmt::Display for KeyTemplate {
                 Part::Segment(name) => write!(f, "{{{name}}}")?,
                 Part::Header(name, kind) => write!(f, "{{header:{name}{kind}}}")?,
                 Part::Query(name, kind) => write!(f, "{{query:{name}{kind}}}")?,
+                Part::Json(pointer, kind) => write!(f, "{{json:{pointer}{kind}}}")?,
+                Part::Form(name, kind) => write!(f, "{{form:{name}{kind}}}")?,
             }
         }
         Ok(())
@@ -168,12 +201,33 @@ impl KeyTemplate {
                         format!("query parameter {name:?}")
                     })?);
                 }
+                Part::Json(pointer, kind) => {
+                    let body = request.body.ok_or(RenderError::BodyUnavailable)?;
+                    let value = super::body_input::json_string(body, pointer)?;
+                    key.push_str(&read_value(*kind, &value, || {
+                        format!("JSON string at {pointer:?}")
+                    })?);
+                }
+                Part::Form(name, kind) => {
+                    let body = request.body.ok_or(RenderError::BodyUnavailable)?;
+                    let value = super::body_input::form_field(request.headers, body, name)?;
+                    key.push_str(&read_value(*kind, &value, || {
+                        format!("form field {name:?}")
+                    })?);
+                }
             }
             if key.len() > MAX_RESOURCE_KEY_LEN {
                 return Err(RenderError::TooLong);
             }
         }
         Ok(key)
+    }
+
+    /// Whether the template reads the request body (`{json:..}`, `{form:..}`).
+    pub fn reads_body(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|part| matches!(part, Part::Json(..) | Part::Form(..)))
     }
 
     /// Whether the template reads a typed query parameter or header, which
@@ -195,6 +249,8 @@ impl KeyTemplate {
                 }
                 Part::Header(name, InputType::Untyped) => Some(format!("{{header:{name}}}")),
                 Part::Query(name, InputType::Untyped) => Some(format!("{{query:{name}}}")),
+                Part::Json(pointer, InputType::Untyped) => Some(format!("{{json:{pointer}}}")),
+                Part::Form(name, InputType::Untyped) => Some(format!("{{form:{name}}}")),
                 _ => None,
             })
             .collect()
@@ -295,17 +351,20 @@ fn parse_placeholder<'a>(
                 .map_err(|_| TemplateError::BadHeader(name.to_owned()))
         }
         Some(("query", query)) => {
-            let (query, kind) = match query.rsplit_once(':') {
-                Some((query, suffix)) => match InputType::from_suffix(suffix) {
-                    Some(kind) => (query, kind),
-                    None => return Err(TemplateError::UnknownType(name.to_owned())),
-                },
-                None => (query, InputType::Untyped),
-            };
-            if query.is_empty() {
-                return Err(TemplateError::UnknownKind(name.to_owned()));
-            }
+            let (query, kind) = typed_name(name, query)?;
             Ok(Part::Query(query.to_owned(), kind))
+        }
+        Some(("form", field)) => {
+            let (field, kind) = typed_name(name, field)?;
+            Ok(Part::Form(field.to_owned(), kind))
+        }
+        Some(("json", pointer)) => {
+            // A pointer may hold ':' itself: only a known type after the last one is a type.
+            let (pointer, kind) = InputType::split_suffix(pointer);
+            if !pointer.starts_with('/') {
+                return Err(TemplateError::BadPointer(name.to_owned()));
+            }
+            Ok(Part::Json(pointer.to_owned(), kind))
         }
         Some((segment, suffix))
             if InputType::from_suffix(suffix).is_some()
@@ -315,6 +374,30 @@ fn parse_placeholder<'a>(
         }
         Some(_) => Err(TemplateError::UnknownKind(name.to_owned())),
     }
+}
+
+/// A query or form name with its optional type (`id:int`); an unknown type is an error.
+fn typed_name<'n>(placeholder: &str, text: &'n str) -> Result<(&'n str, InputType), TemplateError> {
+    let (name, kind) = match text.rsplit_once(':') {
+        Some((name, suffix)) => match InputType::from_suffix(suffix) {
+            Some(kind) => (name, kind),
+            None => return Err(TemplateError::UnknownType(placeholder.to_owned())),
+        },
+        None => (text, InputType::Untyped),
+    };
+    if name.is_empty() {
+        return Err(TemplateError::UnknownKind(placeholder.to_owned()));
+    }
+    Ok((name, kind))
+}
+
+/// The one value of field `name` in a form body, read as strictly as a query parameter.
+pub(super) fn form_body_field(body: &str, name: &str) -> Result<String, RenderError> {
+    single_query_value(Some(body), name).map_err(|error| match error {
+        RenderError::MissingQuery(name) => RenderError::MissingForm(name),
+        RenderError::EmptyQuery(name) => RenderError::EmptyForm(name),
+        _ => RenderError::RepeatedForm(name.to_owned()),
+    })
 }
 
 /// The one value of header `name`: present once, not a comma list, not empty, visible ASCII.
@@ -467,6 +550,7 @@ mod tests {
             captures: &captures,
             headers,
             query,
+            body: None,
         })
     }
 

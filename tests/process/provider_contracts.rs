@@ -340,3 +340,86 @@ async fn an_error_inside_a_200_is_not_recorded_as_the_outcome() {
     }
     assert_eq!(provider.charges().len(), 1);
 }
+
+/// Keys read from the body (`{json:/pointer}`, `{form:field}`) and put into it
+/// (`inject = "json:/idempotency_key"`, as Square takes them): the provider gets the body the
+/// client sent with the key as one more member, repeats are replayed, and a body that is not
+/// JSON, lacks the input, names no string there or already carries another key is refused with
+/// nothing forwarded and nothing recorded.
+#[tokio::test]
+async fn keys_are_read_from_the_body_and_put_into_it() {
+    let provider = Provider::start(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let routes = format!(
+        "{}{}",
+        payouts(
+            &provider,
+            "key = \"pay:{json:/reference_id}\"\ninject = \"json:/idempotency_key\""
+        )
+        .replacen("\nkey = \"payout:{id}\"\n", "\n", 1),
+        payouts(&provider, "key = \"order:{form:order}\"")
+            .replacen("\nkey = \"payout:{id}\"\n", "\n", 1)
+            .replace("name = \"payouts\"", "name = \"orders\"")
+            .replace("/payouts/", "/orders/")
+    );
+    let gateway = Launch::new().start(dir.path(), &routes);
+    let json = [("content-type", "application/json")];
+    let body = r#"{"reference_id":"r-1","amount_money":{"amount":12345678901234567890123}}"#;
+    let first = send("POST", &gateway.url("/payouts/1"), &json, body).await;
+    assert_eq!(first.status.as_u16(), 201, "{:?}", first.body);
+    let again = send("POST", &gateway.url("/payouts/1"), &json, body).await;
+    assert_eq!(
+        again
+            .headers
+            .get("idempotent-replayed")
+            .map(|v| v.as_bytes()),
+        Some(&b"true"[..])
+    );
+    let charges = provider.charges();
+    assert_eq!(charges.len(), 1);
+    assert_eq!(
+        charges[0].key, None,
+        "no key header when the key goes in the body"
+    );
+    assert_eq!(
+        String::from_utf8(charges[0].body.to_vec()).unwrap(),
+        r#"{"idempotency_key":"pay:r-1","reference_id":"r-1","amount_money":{"amount":12345678901234567890123}}"#
+    );
+    for refused in [
+        r#"{"reference_id":"r-2","idempotency_key":"mine"}"#,
+        r#"{"reference_id":"r-2""#,
+        r#"{"reference":"r-2"}"#,
+        r#"{"reference_id":2}"#,
+    ] {
+        let reply = send("POST", &gateway.url("/payouts/2"), &json, refused).await;
+        assert_eq!(reply.status.as_u16(), 400, "{refused}: {:?}", reply.body);
+    }
+    assert_eq!(provider.calls(), 1, "nothing refused was forwarded");
+    // Nothing was recorded for r-2 either: its first well-formed request is a fresh call.
+    let fresh = send(
+        "POST",
+        &gateway.url("/payouts/2"),
+        &json,
+        r#"{"reference_id":"r-2"}"#,
+    )
+    .await;
+    assert_eq!(fresh.status.as_u16(), 201, "{:?}", fresh.body);
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    let order = send(
+        "POST",
+        &gateway.url("/orders/1"),
+        &form,
+        "order=o-1&amount=5",
+    )
+    .await;
+    assert_eq!(order.status.as_u16(), 201);
+    let twice = send(
+        "POST",
+        &gateway.url("/orders/1"),
+        &form,
+        "order=o-1&order=o-2",
+    )
+    .await;
+    assert_eq!(twice.status.as_u16(), 400);
+    assert_eq!(provider.charges()[2].key.as_deref(), Some("order:o-1"));
+}

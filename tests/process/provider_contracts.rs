@@ -205,18 +205,17 @@ fn keyed_by_header(provider: &Provider, when_missing: &str) -> String {
     )
 }
 
+/// `POST /charges/1` with `headers`.
+async fn charge(gateway: &GatewayProcess, headers: &[(&str, &str)]) -> crate::support::Reply {
+    send("POST", &gateway.url("/charges/1"), headers, "a=1").await
+}
+
 #[tokio::test]
 async fn a_missing_key_input_is_refused_passed_through_or_taken_from_the_client() {
     let provider = Provider::start(true).await;
     let dir = tempfile::tempdir().unwrap();
     let gateway = GatewayProcess::start(dir.path(), &keyed_by_header(&provider, ""));
-    let refused = send(
-        "POST",
-        &gateway.url("/charges/1"),
-        &[("x-fence", "5")],
-        "a=1",
-    )
-    .await;
+    let refused = charge(&gateway, &[("x-fence", "5")]).await;
     assert_eq!(refused.status.as_u16(), 400, "default: refuse");
     assert_eq!(provider.calls(), 0);
     drop(gateway);
@@ -227,36 +226,18 @@ async fn a_missing_key_input_is_refused_passed_through_or_taken_from_the_client(
     let route = keyed_by_header(&provider, "when_missing = \"passthrough\"");
     let gateway = GatewayProcess::start(dir.path(), &route);
     for _ in 0..2 {
-        let reply = send(
-            "POST",
-            &gateway.url("/charges/1"),
-            &[("x-fence", "5")],
-            "a=1",
-        )
-        .await;
+        let reply = charge(&gateway, &[("x-fence", "5")]).await;
         assert_eq!(reply.status.as_u16(), 201, "{:?}", reply.body);
     }
     let keys: Vec<Option<String>> = provider.charges().into_iter().map(|c| c.key).collect();
     assert_eq!(keys, [None, None]);
-    let stale = send(
-        "POST",
-        &gateway.url("/charges/1"),
-        &[("x-fence", "4")],
-        "a=1",
-    )
-    .await;
+    let stale = charge(&gateway, &[("x-fence", "4")]).await;
     assert_eq!(
         stale.status.as_u16(),
         409,
         "a stale unkeyed write is still fenced"
     );
-    let keyed = send(
-        "POST",
-        &gateway.url("/charges/1"),
-        &[("x-fence", "5"), ("payout-id", "7")],
-        "a=1",
-    )
-    .await;
+    let keyed = charge(&gateway, &[("x-fence", "5"), ("payout-id", "7")]).await;
     assert_eq!(keyed.status.as_u16(), 201);
     assert_eq!(provider.charges()[2].key.as_deref(), Some("payout:7"));
     drop(gateway);
@@ -267,22 +248,14 @@ async fn a_missing_key_input_is_refused_passed_through_or_taken_from_the_client(
     let route = keyed_by_header(&provider, "when_missing = \"client_key\"");
     let gateway = GatewayProcess::start(dir.path(), &route);
     for _ in 0..2 {
-        let reply = send(
-            "POST",
-            &gateway.url("/charges/1"),
+        let reply = charge(
+            &gateway,
             &[("x-fence", "5"), ("idempotency-key", "client-9")],
-            "a=1",
         )
         .await;
         assert_eq!(reply.status.as_u16(), 201);
     }
-    let bare = send(
-        "POST",
-        &gateway.url("/charges/1"),
-        &[("x-fence", "5")],
-        "a=1",
-    )
-    .await;
+    let bare = charge(&gateway, &[("x-fence", "5")]).await;
     assert_eq!(bare.status.as_u16(), 400);
     assert_eq!(
         provider.calls(),

@@ -210,9 +210,10 @@ fn is_blank(c: char) -> bool {
 /// casts) and a UUID that starts with a digit; a `.` and a digit (`Number(".42e2")`); or `#` and
 /// a hex digit (Java's `Long.decode`, used by Spring).
 fn reads_as_number(value: &str) -> bool {
-    let packed: String = value.chars().filter(|&c| !is_blank(c)).collect();
-    let unsigned = packed.strip_prefix(['+', '-']).unwrap_or(&packed);
-    let mut chars = unsigned.chars();
+    let mut chars = value.chars().filter(|&c| !is_blank(c)).peekable();
+    if matches!(chars.peek(), Some('+' | '-')) {
+        chars.next();
+    }
     match chars.next() {
         Some(c) if c.is_numeric() => true,
         Some('.') => chars.next().is_some_and(char::is_numeric),
@@ -228,6 +229,10 @@ fn reads_as_number(value: &str) -> bool {
 /// (Java's `UUID.fromString`, used by Spring).
 fn reads_as_uuid(value: &str) -> bool {
     let bytes = value.as_bytes();
+    // The shortest reading is Java's five one-digit fields, `a-b-c-d-e`.
+    if bytes.len() < 9 {
+        return false;
+    }
     if bytes.len() == 38 && is_hyphenated_uuid(&bytes[1..37]) {
         return true;
     }

@@ -4,7 +4,7 @@
 
 use http::HeaderMap;
 
-use super::template::{form_body_field, RenderError};
+use super::template::{form_body_field, media_type, RenderError};
 
 /// The string `pointer` names in `body`, a JSON document.
 pub fn json_string(body: &[u8], pointer: &str) -> Result<String, RenderError> {
@@ -22,12 +22,7 @@ pub fn form_field(headers: &HeaderMap, body: &[u8], name: &str) -> Result<String
     let is_form = headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|essence| {
-            essence
-                .trim()
-                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-        });
+        .is_some_and(|v| media_type(v).eq_ignore_ascii_case("application/x-www-form-urlencoded"));
     if !is_form {
         return Err(RenderError::NotAForm(name.to_owned()));
     }

@@ -513,10 +513,16 @@ fn has_form_body(headers: &HeaderMap) -> bool {
     let Ok(text) = first.to_str() else {
         return true;
     };
-    let essence = text.split(';').next().unwrap_or_default().trim();
+    let essence = media_type(text);
     types.next().is_some()
         || essence.eq_ignore_ascii_case("application/x-www-form-urlencoded")
         || essence.eq_ignore_ascii_case("multipart/form-data")
+}
+
+/// The media type of a `Content-Type` value, without its parameters (`text/plain; charset=x` is
+/// `text/plain`).
+pub(super) fn media_type(content_type: &str) -> &str {
+    content_type.split(';').next().unwrap_or_default().trim()
 }
 
 fn form_decode(raw: &str) -> Option<String> {

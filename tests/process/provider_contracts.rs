@@ -11,10 +11,25 @@ use crate::support::provider::Provider;
 use crate::support::{send, GatewayProcess};
 
 fn payouts(provider: &Provider, extra: &str) -> String {
+    idempotent_route(provider, "payouts", "payout:{id}", extra)
+}
+
+/// An unfenced idempotent route `/NAME/{id}` to `provider`, keyed by `key`, with the TOML lines
+/// `extra` in its `[routes.idempotency]` table.
+fn idempotent_route(provider: &Provider, name: &str, key: &str, extra: &str) -> String {
     format!(
-        "[[routes]]\nname = \"payouts\"\npath = \"/payouts/{{id}}\"\nupstream = \"{}\"\nresource_key = \"payout:{{id}}\"\ntimeout = \"2s\"\n\n[routes.fence]\nmode = \"off\"\n\n[routes.idempotency]\nkey = \"payout:{{id}}\"\n{extra}\n",
+        "[[routes]]\nname = \"{name}\"\npath = \"/{name}/{{id}}\"\nupstream = \"{}\"\nresource_key = \"payout:{{id}}\"\ntimeout = \"2s\"\n\n[routes.fence]\nmode = \"off\"\n\n[routes.idempotency]\nkey = \"{key}\"\n{extra}\n",
         provider.url()
     )
+}
+
+/// Whether the gateway or the provider marked `reply` as a replay.
+fn replayed(reply: &crate::support::Reply) -> bool {
+    reply
+        .headers
+        .get("idempotent-replayed")
+        .map(|v| v.as_bytes())
+        == Some(&b"true"[..])
 }
 
 #[tokio::test]
@@ -39,7 +54,7 @@ async fn a_rate_limited_attempt_is_released_and_the_retry_reaches_the_provider()
             "{status}: the retry was answered from a stored {status}: {:?}",
             retried.body
         );
-        assert!(retried.headers.get("idempotent-replayed").is_none());
+        assert!(!replayed(&retried));
     }
     assert_eq!(provider.calls(), 6);
     let charged: Vec<Option<String>> = provider.charges().into_iter().map(|c| c.key).collect();
@@ -65,13 +80,7 @@ async fn a_final_refusal_is_recorded_and_replayed_and_the_list_can_be_emptied() 
         assert_eq!(first.status.as_u16(), status);
         let again = send("POST", &url, &[], "amount=1").await;
         assert_eq!(again.status.as_u16(), status, "{status} replayed");
-        assert_eq!(
-            again
-                .headers
-                .get("idempotent-replayed")
-                .map(|v| v.as_bytes()),
-            Some(&b"true"[..])
-        );
+        assert!(replayed(&again));
     }
     assert_eq!(provider.calls(), 2);
     assert!(provider.charges().is_empty());
@@ -95,9 +104,7 @@ async fn the_providers_replays_are_counted_as_the_providers_not_the_gateways() {
     let routes = format!(
         "{}{}",
         payouts(&provider, ""),
-        payouts(&provider, "")
-            .replace("name = \"payouts\"", "name = \"again\"")
-            .replace("/payouts/", "/again/")
+        idempotent_route(&provider, "again", "payout:{id}", "")
     );
     let token = "provider-replays-admin-token";
     let gateway = Launch::new().admin(token, "").start(dir.path(), &routes);
@@ -105,12 +112,8 @@ async fn the_providers_replays_are_counted_as_the_providers_not_the_gateways() {
     assert_eq!(first.status.as_u16(), 201);
     let by_provider = send("POST", &gateway.url("/again/1"), &[], "amount=1").await;
     assert_eq!(by_provider.status.as_u16(), 201);
-    assert_eq!(
-        by_provider
-            .headers
-            .get("idempotent-replayed")
-            .map(|v| v.as_bytes()),
-        Some(&b"true"[..]),
+    assert!(
+        replayed(&by_provider),
         "the provider's replay header is passed on"
     );
     let by_gateway = send("POST", &gateway.url("/payouts/1"), &[], "amount=1").await;
@@ -177,13 +180,7 @@ async fn keys_are_sent_as_structured_fields_strings_when_the_route_says_so() {
         "amount=1",
     )
     .await;
-    assert_eq!(
-        again
-            .headers
-            .get("idempotent-replayed")
-            .map(|v| v.as_bytes()),
-        Some(&b"true"[..])
-    );
+    assert!(replayed(&again));
     let keys: Vec<Option<String>> = provider.charges().into_iter().map(|c| c.key).collect();
     assert_eq!(
         keys,
@@ -278,9 +275,7 @@ async fn an_error_inside_a_200_is_not_recorded_as_the_outcome() {
             &provider,
             "[routes.idempotency.completed_when]\npointer = \"/errors\"\nabsent = true"
         ),
-        payouts(&provider, "")
-            .replace("name = \"payouts\"", "name = \"plain\"")
-            .replace("/payouts/", "/plain/")
+        idempotent_route(&provider, "plain", "payout:{id}", "")
     );
     let gateway = GatewayProcess::start(dir.path(), &routes);
     let error = r#"{"data":null,"errors":[{"message":"processor unavailable"}]}"#;
@@ -302,13 +297,7 @@ async fn an_error_inside_a_200_is_not_recorded_as_the_outcome() {
             assert_eq!(retry.status.as_u16(), 201, "{path}: {:?}", retry.body);
             let replay = send("POST", &gateway.url(path), &[], "amount=1").await;
             assert_eq!(replay.status.as_u16(), 201, "{path}: the charge replayed");
-            assert_eq!(
-                replay
-                    .headers
-                    .get("idempotent-replayed")
-                    .map(|v| v.as_bytes()),
-                Some(&b"true"[..])
-            );
+            assert!(replayed(&replay));
         }
     }
     assert_eq!(provider.charges().len(), 1);
@@ -325,15 +314,13 @@ async fn keys_are_read_from_the_body_and_put_into_it() {
     let dir = tempfile::tempdir().unwrap();
     let routes = format!(
         "{}{}",
-        payouts(
+        idempotent_route(
             &provider,
-            "key = \"pay:{json:/reference_id}\"\ninject = \"json:/idempotency_key\""
-        )
-        .replacen("\nkey = \"payout:{id}\"\n", "\n", 1),
-        payouts(&provider, "key = \"order:{form:order}\"")
-            .replacen("\nkey = \"payout:{id}\"\n", "\n", 1)
-            .replace("name = \"payouts\"", "name = \"orders\"")
-            .replace("/payouts/", "/orders/")
+            "payouts",
+            "pay:{json:/reference_id}",
+            "inject = \"json:/idempotency_key\"",
+        ),
+        idempotent_route(&provider, "orders", "order:{form:order}", "")
     );
     let gateway = Launch::new().start(dir.path(), &routes);
     let json = [("content-type", "application/json")];
@@ -341,13 +328,7 @@ async fn keys_are_read_from_the_body_and_put_into_it() {
     let first = send("POST", &gateway.url("/payouts/1"), &json, body).await;
     assert_eq!(first.status.as_u16(), 201, "{:?}", first.body);
     let again = send("POST", &gateway.url("/payouts/1"), &json, body).await;
-    assert_eq!(
-        again
-            .headers
-            .get("idempotent-replayed")
-            .map(|v| v.as_bytes()),
-        Some(&b"true"[..])
-    );
+    assert!(replayed(&again));
     let charges = provider.charges();
     assert_eq!(charges.len(), 1);
     assert_eq!(

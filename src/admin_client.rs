@@ -19,7 +19,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum AdminClientError {
     #[error("the admin listener {0} is served over TLS; the command line speaks plain HTTP to it only (use curl with the CA instead)")]
     Tls(SocketAddr),
-    #[error("admin.token_env: environment variable {0} is not set")]
+    #[error("{0}")]
     NoToken(String),
     #[error("cannot reach the admin listener at {addr}: {reason}")]
     Unreachable { addr: SocketAddr, reason: String },
@@ -68,9 +68,7 @@ impl AdminClient {
                 IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
             });
         }
-        let token = admin
-            .bearer_token()
-            .map_err(|name| AdminClientError::NoToken(name.to_owned()))?;
+        let token = admin.bearer_token().map_err(AdminClientError::NoToken)?;
         Ok(AdminClient { addr, token })
     }
 
@@ -83,6 +81,7 @@ impl AdminClient {
         let without_token = AdminConfig {
             token: None,
             token_env: None,
+            token_file: None,
             ..admin.clone()
         };
         AdminClient::new(&without_token)

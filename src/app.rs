@@ -436,7 +436,7 @@ impl App {
 fn admin_token(admin: &crate::config::AdminConfig) -> Result<String, StartError> {
     admin
         .bearer_token()
-        .map_err(|name| StartError::Admin(format!("environment variable {name} is not set")))?
+        .map_err(StartError::Admin)?
         .ok_or_else(|| StartError::Admin("no token configured".to_owned()))
 }
 

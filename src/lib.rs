@@ -38,6 +38,8 @@
 //! - [`etcd`]: the client of etcd's v3 HTTP/JSON gateway the etcd store and authority share.
 //! - [`proxy`]: header rules (hop-by-hop, `Via`, `Forwarded`), the stack's shared shapes and
 //!   forwarding.
+//! - [`upstream_auth`]: credentials the gateway obtains for an upstream itself (OAuth2 client
+//!   credentials), cached and renewed; [`secret`]: where every configured secret is read from.
 //! - [`tls`]: PEM files, the listeners' reloadable TLS settings, upstream TLS, and why a
 //!   handshake with an upstream failed.
 //! - [`embed`]: the fence as a tower layer for a service's own handlers, without the proxy.
@@ -79,12 +81,14 @@ pub mod proxy;
 pub mod reload;
 pub mod request_id;
 pub mod route;
+pub mod secret;
 pub mod server;
 pub mod stats;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
 pub mod token;
+pub mod upstream_auth;
 
 pub use app::{App, StartError};
 pub use compiled::Compiled;

@@ -14,9 +14,9 @@ use crate::input_type::InputType;
 /// How to reach the lock service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Service {
-    /// An etcd cluster, with the password read from its variable.
+    /// An etcd cluster, with the password read from its variable or file.
     Etcd {
-        client: EtcdStoreConfig,
+        client: Box<EtcdStoreConfig>,
         password: Option<String>,
     },
     /// A PostgreSQL lease table.
@@ -128,32 +128,38 @@ fn etcd_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
             "each endpoint is an http:// or https:// URL".to_owned(),
         ));
     }
-    let password = match (&config.username, &config.password_env) {
-        (None, None) => None,
+    let password_field = if config.password_file.is_some() {
+        "fence.authority.password_file"
+    } else {
+        "fence.authority.password_env"
+    };
+    let password = crate::secret::read(
+        "password",
+        config.password_env.as_deref(),
+        config.password_file.as_deref(),
+    )
+    .map_err(|e| fail(password_field, e.to_string()))?;
+    match (&config.username, &password) {
         (Some(_), None) => {
             return Err(fail(
                 "fence.authority.password_env",
-                "a username needs the variable holding its password".to_owned(),
+                "a username needs the variable (or password_file) holding its password".to_owned(),
             ))
         }
         (None, Some(_)) => {
             return Err(fail(
                 "fence.authority.username",
-                "password_env needs the username it belongs to".to_owned(),
+                "password_env and password_file need the username they belong to".to_owned(),
             ))
         }
-        (Some(_), Some(variable)) => Some(std::env::var(variable).map_err(|_| {
-            fail(
-                "fence.authority.password_env",
-                format!("the environment variable {variable} is not set"),
-            )
-        })?),
-    };
+        _ => {}
+    }
     let client = EtcdStoreConfig {
         endpoints: config.endpoints.clone(),
         key_prefix: String::new(),
         username: config.username.clone(),
         password_env: config.password_env.clone(),
+        password_file: config.password_file.clone(),
         request_timeout: config.request_timeout,
         turn_margin: DEFAULT_TURN_MARGIN,
         max_batch: DEFAULT_ETCD_MAX_BATCH,
@@ -169,7 +175,10 @@ fn etcd_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
         };
         fail(field, e.message)
     })?;
-    Ok(Service::Etcd { client, password })
+    Ok(Service::Etcd {
+        client: Box::new(client),
+        password,
+    })
 }
 
 fn postgres_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
@@ -189,10 +198,15 @@ fn postgres_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
             "a postgres:// or postgresql:// URL",
         ));
     }
-    if !config.endpoints.is_empty() || config.username.is_some() || config.tls.is_some() {
+    if !config.endpoints.is_empty()
+        || config.username.is_some()
+        || config.password_env.is_some()
+        || config.password_file.is_some()
+        || config.tls.is_some()
+    {
         return Err(fail(
             "fence.authority.endpoints",
-            "etcd only: endpoints, username, password_env and tls; PostgreSQL takes them in `url`",
+            "etcd only: endpoints, username, password_env, password_file and tls; PostgreSQL takes them in `url`",
         ));
     }
     let identifier = |part: &str| {

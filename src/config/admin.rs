@@ -18,6 +18,9 @@ pub struct AdminConfig {
     /// Name of an environment variable holding the token, read at start.
     #[serde(default)]
     pub token_env: Option<String>,
+    /// A file holding the token (a mounted secret), read at start.
+    #[serde(default)]
+    pub token_file: Option<std::path::PathBuf>,
     /// Require the token on `/metrics`, `/healthz` and `/readyz` too.
     #[serde(default)]
     pub probes_require_token: bool,
@@ -31,17 +34,17 @@ pub struct AdminConfig {
 }
 
 impl AdminConfig {
-    /// The bearer token: the file's, or the value of the variable it names (read now). `Err`
-    /// names a variable that is unset or empty; `Ok(None)`: no token configured.
-    pub fn bearer_token(&self) -> Result<Option<String>, &str> {
-        match (&self.token, &self.token_env) {
-            (Some(token), _) => Ok(Some(token.clone())),
-            (None, Some(name)) => std::env::var(name)
-                .ok()
-                .filter(|t| !t.is_empty())
-                .map(Some)
-                .ok_or(name.as_str()),
-            (None, None) => Ok(None),
+    /// The bearer token: the configuration's, or read now from the variable or file it names.
+    /// `Err` says which cannot be read; `Ok(None)`: no token configured.
+    pub fn bearer_token(&self) -> Result<Option<String>, String> {
+        match &self.token {
+            Some(token) => Ok(Some(token.clone())),
+            None => crate::secret::read(
+                "token",
+                self.token_env.as_deref(),
+                self.token_file.as_deref(),
+            )
+            .map_err(|e| format!("admin.token: {e}")),
         }
     }
 }

@@ -46,6 +46,9 @@ pub struct AuthorityConfig {
     pub username: Option<String>,
     #[serde(default)]
     pub password_env: Option<String>,
+    /// A file holding the password instead (a mounted secret).
+    #[serde(default)]
+    pub password_file: Option<std::path::PathBuf>,
     /// etcd: CAs and client certificate for `https://` endpoints.
     #[serde(default)]
     pub tls: Option<StoreTlsConfig>,

@@ -46,6 +46,9 @@ pub struct FenceConfig {
     /// when set, unsigned or badly signed tokens are refused.
     #[serde(default)]
     pub signature_secret_env: Option<String>,
+    /// A file holding that secret instead (a mounted secret); read again on every reload.
+    #[serde(default)]
+    pub signature_secret_file: Option<std::path::PathBuf>,
     /// The header carrying the signature (lower-case hex HMAC-SHA256 of `key\ntoken`).
     #[serde(default = "default_signature_header")]
     pub signature_header: String,
@@ -70,6 +73,7 @@ impl Default for FenceConfig {
             gate_timeout: DEFAULT_GATE_TIMEOUT,
             max_advance: None,
             signature_secret_env: None,
+            signature_secret_file: None,
             signature_header: default_signature_header(),
             response_read_ahead: DEFAULT_RESPONSE_READ_AHEAD,
             authority: None,

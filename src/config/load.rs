@@ -114,20 +114,28 @@ fn validate(config: &Config, origin: &Path) -> Result<(), ConfigError> {
             field: format!("admin.{field}"),
             message: message.to_owned(),
         };
-        match (&admin.token, &admin.token_env) {
-            (Some(_), Some(_)) => {
-                return Err(admin_error("token", "give token or token_env, not both"))
-            }
-            (None, None) => {
+        let given = [
+            admin.token.is_some(),
+            admin.token_env.is_some(),
+            admin.token_file.is_some(),
+        ];
+        match given.iter().filter(|g| **g).count() {
+            0 => {
                 return Err(admin_error(
                     "token",
-                    "the admin API needs a bearer token: set token or token_env",
+                    "the admin API needs a bearer token: set token_env, token_file or token",
                 ))
             }
-            (Some(token), None) if token.len() < 16 => {
-                return Err(admin_error("token", "use at least 16 characters"))
+            1 => {}
+            _ => {
+                return Err(admin_error(
+                    "token",
+                    "give one of token, token_env and token_file",
+                ))
             }
-            _ => {}
+        }
+        if admin.token.as_ref().is_some_and(|token| token.len() < 16) {
+            return Err(admin_error("token", "use at least 16 characters"));
         }
     }
     if let Some(telemetry) = &config.telemetry {
@@ -202,12 +210,18 @@ fn validate_etcd(etcd: &EtcdStoreConfig) -> Result<(), (&'static str, &'static s
     if etcd.request_timeout.is_zero() {
         return Err(("request_timeout", "must be more than zero"));
     }
-    match (&etcd.username, &etcd.password_env) {
-        (Some(_), None) => Err((
+    match (
+        &etcd.username,
+        etcd.password_env.is_some() || etcd.password_file.is_some(),
+    ) {
+        (Some(_), false) => Err((
             "password_env",
-            "a username needs the variable holding its password",
+            "a username needs the variable (or password_file) holding its password",
         )),
-        (None, Some(_)) => Err(("username", "password_env needs the username it belongs to")),
+        (None, true) => Err((
+            "username",
+            "password_env and password_file need the username they belong to",
+        )),
         _ => Ok(()),
     }
 }
@@ -365,30 +379,25 @@ fn deserialize_error_at(
 /// What `check-config` and `serve` check beyond the file: the variables it names for secrets
 /// are set. The one-shot commands (`migrate`, `store adopt`, `intents`) do not need them.
 pub fn check_environment(config: &Config, origin: &Path) -> Result<(), ConfigError> {
-    let Some(name) = config
-        .admin
-        .as_ref()
-        .filter(|admin| admin.token.is_none())
-        .and_then(|admin| admin.token_env.as_ref())
-    else {
+    let Some(admin) = config.admin.as_ref().filter(|admin| admin.token.is_none()) else {
         return Ok(());
     };
-    let problem = match std::env::var(name) {
-        Ok(token) if token.len() >= 16 => return Ok(()),
-        Ok(token) if token.is_empty() => format!(
-            "environment variable {name} is empty: set it to the admin bearer token (at least 16 characters)"
-        ),
-        Ok(_) => format!(
-            "environment variable {name} holds fewer than 16 characters: use a longer admin token"
-        ),
-        Err(_) => format!(
-            "environment variable {name} is not set: set it to the admin bearer token (at least 16 characters), or name another variable"
-        ),
+    let (field, source) = match (&admin.token_env, &admin.token_file) {
+        (Some(name), _) => ("admin.token_env", format!("environment variable {name}")),
+        (None, Some(path)) => ("admin.token_file", format!("{}", path.display())),
+        (None, None) => return Ok(()),
+    };
+    let problem = match admin.bearer_token() {
+        Ok(Some(token)) if token.len() >= 16 => return Ok(()),
+        Ok(_) => format!("{source} holds fewer than 16 characters: use a longer admin token"),
+        Err(reason) => {
+            format!("{reason}: it must hold the admin bearer token (at least 16 characters)")
+        }
     };
     Err(ConfigError::Invalid {
         file: origin.to_owned(),
         route: None,
-        field: "admin.token_env".to_owned(),
+        field: field.to_owned(),
         message: problem,
     })
 }

@@ -2,7 +2,7 @@
 //! deserializes from TOML. Loading and validation live in `load.rs`; durations in `duration.rs`.
 //! One file per table: `server.rs`, `store.rs`, `route.rs` (with `[routes.idempotency]`),
 //! `fence.rs` (`[routes.fence]`), `authority.rs` (`[routes.fence.authority]`), `admin.rs`,
-//! `tls.rs` (every TLS table); `Config`, the whole file, here.
+//! `tls.rs` (every TLS table), `upstream_auth.rs` (`[routes.upstream_auth]`); `Config`, the whole file, here.
 
 mod admin;
 mod authority;
@@ -17,6 +17,7 @@ mod server;
 mod store;
 mod telemetry;
 mod tls;
+mod upstream_auth;
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_MAX_CONNECTIONS};
 pub use authority::{
@@ -57,6 +58,10 @@ pub use telemetry::{TelemetryConfig, DEFAULT_EXPORT_TIMEOUT, DEFAULT_SERVICE_NAM
 pub use tls::{
     ListenerTlsConfig, StoreTlsConfig, StoreTlsMode, UpstreamTlsConfig,
     DEFAULT_TLS_HANDSHAKE_TIMEOUT,
+};
+pub use upstream_auth::{
+    ClientAuthMethod, UpstreamAuthConfig, UpstreamAuthKind, DEFAULT_TOKEN_REFRESH_BEFORE,
+    DEFAULT_TOKEN_TIMEOUT,
 };
 
 use serde::Deserialize;

@@ -58,6 +58,10 @@ pub struct RouteConfig {
     /// hold); the values are never logged.
     #[serde(default)]
     pub upstream_headers: std::collections::BTreeMap<String, String>,
+    /// Credentials the gateway obtains for the upstream itself (an OAuth2 bearer token), set as
+    /// `Authorization` on every forwarded request.
+    #[serde(default)]
+    pub upstream_auth: Option<super::UpstreamAuthConfig>,
     /// Response headers removed before the answer goes back to the client.
     #[serde(default)]
     pub strip_response_headers: Vec<String>,
@@ -100,6 +104,9 @@ pub struct IdempotencyConfig {
     /// HMAC-SHA256(secret, rendered template) and encoded per `key_format`.
     #[serde(default)]
     pub hmac_secret_env: Option<String>,
+    /// A file holding that secret instead (a mounted secret); read again on every reload.
+    #[serde(default)]
+    pub hmac_secret_file: Option<std::path::PathBuf>,
     /// How the key is written: the rendered template as is (`raw`), or a digest of it in `hex`,
     /// `base64url` or as a `uuid`. Default: `hex` with a secret, `raw` without.
     #[serde(default)]
@@ -109,8 +116,10 @@ pub struct IdempotencyConfig {
     /// refused with 400 before anything is recorded.
     #[serde(default)]
     pub max_key_length: Option<usize>,
+    /// A key the client sent itself (in `header`, or where `inject` puts the key): default
+    /// `replace` for a header, `refuse` for a body member.
     #[serde(default)]
-    pub client_key: ClientKey,
+    pub client_key: Option<ClientKey>,
     /// What a retry finds when an earlier attempt's outcome is unknown (timeout, reset, 5xx, a
     /// gateway that died mid-call): sent again with the same key, or held for an operator.
     #[serde(default)]
@@ -238,6 +247,9 @@ pub enum ClientKey {
     Keep,
     /// The client must send one (400 otherwise); it is used as is.
     Require,
+    /// A client key other than the derived one is refused (400): the client's own key is a
+    /// mistake, not something to drop silently.
+    Refuse,
 }
 
 /// What a route does with `;` path parameters, which Tomcat and Spring strip before routing while

@@ -191,6 +191,9 @@ pub struct EtcdStoreConfig {
     pub username: Option<String>,
     #[serde(default)]
     pub password_env: Option<String>,
+    /// A file holding the password instead (a mounted secret).
+    #[serde(default)]
+    pub password_file: Option<std::path::PathBuf>,
     /// How long one request may take before the endpoint counts as unreachable.
     #[serde(default = "default_etcd_request_timeout", with = "duration")]
     pub request_timeout: Duration,

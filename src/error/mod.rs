@@ -105,6 +105,11 @@ pub enum GatewayError {
     },
     #[error("upstream {upstream}: {reason}")]
     UpstreamTls { upstream: String, reason: String },
+    #[error("upstream {upstream}: no credentials: {reason}")]
+    UpstreamCredentials {
+        upstream: String,
+        reason: crate::upstream_auth::GrantError,
+    },
     #[error("the upstream did not answer within {after:?}")]
     UpstreamTimeout { after: Duration },
     #[error("the request body is malformed or was cut off")]
@@ -177,6 +182,7 @@ impl GatewayError {
             GatewayError::StoreTimeout { .. } => K::StoreTimeout,
             GatewayError::UpstreamUnavailable { .. } => K::UpstreamUnavailable,
             GatewayError::UpstreamTls { .. } => K::UpstreamTls,
+            GatewayError::UpstreamCredentials { .. } => K::UpstreamCredentials,
             GatewayError::UpstreamBodyFailed => K::UpstreamResponseFailed,
             GatewayError::UpstreamTimeout { .. } => K::UpstreamTimeout,
             GatewayError::ClientBody => K::InvalidRequestBody,
@@ -223,14 +229,16 @@ impl GatewayError {
         }
     }
 
-    /// Whether the request certainly never reached the upstream: the connection was refused or
-    /// its TLS handshake failed, no connection was free, or the key's turn never came. Anything
-    /// else after forwarding began may have had an effect.
+    /// Whether the request certainly never reached the upstream, or reached it only to be
+    /// refused unread: the connection was refused or its TLS handshake failed, no credentials
+    /// for it were obtained (or the upstream refused them), no connection was free, or the key's
+    /// turn never came. Anything else after forwarding began may have had an effect.
     pub fn never_reached_upstream(&self) -> bool {
         matches!(
             self,
             GatewayError::UpstreamUnavailable { connect: true, .. }
                 | GatewayError::UpstreamTls { .. }
+                | GatewayError::UpstreamCredentials { .. }
                 | GatewayError::UpstreamBusy { .. }
                 | GatewayError::GateTimeout { .. }
         )

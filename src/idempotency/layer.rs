@@ -14,7 +14,7 @@ use tower::{Layer, Service};
 
 use super::admission::{advance_and_begin, IntentBackend};
 use super::capture::{read_prefix, read_request, Prefix, ReadFailure};
-use super::inject::inject_json;
+use super::inject::{client_key_in_body, inject_json};
 use super::{
     decode_client_key, encode_key, fingerprint, idempotency_key, now_ms, IdempotencySettings,
 };
@@ -24,7 +24,7 @@ use crate::error::GatewayError;
 use crate::extensions::{Admission, AdvanceBy, GatewayReplay};
 use crate::fence::advance;
 use crate::proxy::{full_body, Prefixed, ProxyBody, ProxyFuture, RequestBody, StackService};
-use crate::route::{CompiledRoute, Inject, RequestParts, RouteMatch};
+use crate::route::{CompiledRoute, Inject, RenderError, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
 use crate::store::{BeginRequest, Begun, IntentStore, Resolution, StoreError, StoredOutcome};
 use crate::telemetry::{AccessNote, Verdict};
@@ -149,7 +149,7 @@ where
                         .call(Request::from_parts(parts, RequestBody::full(body)))
                         .await;
                 }
-                WhenMissing::ClientKey => match client_key_of(&parts.headers, settings) {
+                WhenMissing::ClientKey => match client_key_of(&parts.headers, &body, settings)? {
                     Some(client) => within_limit(client, settings)?,
                     None => return Err(GatewayError::KeyUnavailable { error }),
                 },
@@ -161,11 +161,18 @@ where
     let fence = admission.as_ref().map_or(0, |admission| admission.token);
     // Where the provider wants the key in the body, the body it is sent with; the fingerprint
     // stays the client's body's. Checked before anything is recorded.
+    // The fingerprint is taken over the body the provider gets: a client's own key replaced in
+    // it must not make two attempts at one operation differ.
     let injected = match &settings.inject {
         Inject::Header => None,
         Inject::Json(pointer) => Some(
-            inject_json(&body, pointer, &sent_key)
-                .map_err(|error| GatewayError::KeyUnavailable { error })?,
+            inject_json(
+                &body,
+                pointer,
+                &sent_key,
+                settings.client_key == ClientKey::Replace,
+            )
+            .map_err(|error| GatewayError::KeyUnavailable { error })?,
         ),
     };
     let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
@@ -176,7 +183,11 @@ where
         key: record_key.clone(),
         route: route.name.clone(),
         fence,
-        fingerprint: fingerprint(parts.method.as_str(), path, &body),
+        fingerprint: fingerprint(
+            parts.method.as_str(),
+            path,
+            injected.as_ref().unwrap_or(&body),
+        ),
         attempt: attempt.clone(),
         attempt_expires_ms: now + u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
         now_ms: now,
@@ -353,10 +364,10 @@ fn key_for(
     routed: &RouteMatch,
     settings: &IdempotencySettings,
 ) -> Result<String, GatewayError> {
-    let client = client_key_of(&request.headers, settings);
-    match (settings.client_key, client) {
+    let client = client_key_of(&request.headers, body, settings)?;
+    match (settings.client_key, &client) {
         (ClientKey::Keep | ClientKey::Require, Some(client)) => {
-            return within_limit(client, settings)
+            return within_limit(client.clone(), settings)
         }
         (ClientKey::Require, None) => {
             return Err(GatewayError::IdempotencyKeyRequired {
@@ -398,7 +409,7 @@ fn key_for(
         .key
         .render(&parts)
         .map_err(|error| GatewayError::KeyUnavailable { error })?;
-    within_limit(
+    let derived = within_limit(
         idempotency_key(
             &rendered,
             settings.hmac_secret.as_deref(),
@@ -406,7 +417,23 @@ fn key_for(
             settings.max_key_length,
         ),
         settings,
-    )
+    )?;
+    match client {
+        Some(client) if settings.client_key == ClientKey::Refuse && client != derived => {
+            Err(GatewayError::KeyUnavailable {
+                error: RenderError::ClientKeyRefused(key_place(settings)),
+            })
+        }
+        _ => Ok(derived),
+    }
+}
+
+/// Where the route's key goes, as a client reads it in an error.
+fn key_place(settings: &IdempotencySettings) -> String {
+    match &settings.inject {
+        Inject::Header => format!("the {} header", settings.header),
+        Inject::Json(pointer) => format!("the JSON body at {pointer}"),
+    }
 }
 
 /// Lets go of an attempt whose answer is not an outcome (the provider did nothing): a fresh
@@ -422,14 +449,24 @@ async fn let_go(intents: &dyn IntentStore, record_key: &str, attempt: &str, fres
     }
 }
 
-/// The key the client sent in the route's header, if any (unquoted under `sf-string`).
-fn client_key_of(headers: &http::HeaderMap, settings: &IdempotencySettings) -> Option<String> {
-    headers
-        .get(&settings.header)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .map(|client| decode_client_key(client, settings.key_encoding))
+/// The key the client sent where the route puts it: in the route's header (unquoted under
+/// `sf-string`), or in the JSON body's member.
+fn client_key_of(
+    headers: &http::HeaderMap,
+    body: &[u8],
+    settings: &IdempotencySettings,
+) -> Result<Option<String>, GatewayError> {
+    match &settings.inject {
+        Inject::Header => Ok(headers
+            .get(&settings.header)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(|client| decode_client_key(client, settings.key_encoding))),
+        Inject::Json(pointer) => client_key_in_body(body, pointer)
+            .map(|key| key.filter(|key| !key.is_empty()))
+            .map_err(|error| GatewayError::KeyUnavailable { error }),
+    }
 }
 
 /// A key longer than the provider takes is refused before anything is recorded (digests were

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use http::{header, HeaderValue, Request, Response, Version};
+use http::{header, HeaderValue, Request, Response, StatusCode, Version};
 use http_body_util::BodyExt as _;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tower::Service;
@@ -25,6 +25,7 @@ use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use crate::route::RouteMatch;
 use crate::telemetry::AccessNote;
+use crate::upstream_auth::{GrantError, Token, UpstreamAuth};
 
 /// Idle keep-alive connections kept per upstream: enough for a busy route on a small machine.
 pub const MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST: usize = 1024;
@@ -132,59 +133,165 @@ impl Service<Request<RequestBody>> for Proxy {
                 None => plain_pool,
                 Some(tls) => tls_pools.pool_for(tls),
             };
-            let pending = send(&pool, &route.upstream, upstream_request);
-            let started = std::time::Instant::now();
-            let answered = tokio::time::timeout(route.timeout, pending).await;
-            let took = started.elapsed();
-            metrics
-                .of_route(&route)
-                .upstream_duration
-                .observe(took.as_secs_f64());
-            if let Some(note) = &note {
-                note.upstream_time(took);
-            }
-            let response = match answered {
-                Err(_elapsed) => {
-                    // Dropping the pending request (done by the timeout) makes its connection's
-                    // task tear the connection down; it is never reused. That task runs on this
-                    // serving thread: yield once so it closes the socket before this error lets
-                    // the key's gate open (I4: a timed-out call keeps the key closed until then).
-                    tokio::task::yield_now().await;
-                    return Err(GatewayError::UpstreamTimeout {
-                        after: route.timeout,
-                    });
-                }
-                // The client's chunked body grew past `max_body`: the forward was aborted.
-                Ok(Err(Forwarded::Failed { source, .. }))
-                    if is_body_limit_exceeded(source.as_ref()) =>
-                {
-                    return Err(GatewayError::BodyTooLarge {
-                        limit: route.max_body,
-                    })
-                }
-                // The client's body was malformed, cut off or stalled: its fault, not the upstream's.
-                Ok(Err(Forwarded::Failed { source, .. }))
-                    if crate::proxy::client_body_fault(source.as_ref()).is_some() =>
-                {
-                    return Err(crate::proxy::client_body_fault(source.as_ref())
-                        .unwrap_or(GatewayError::ClientBody))
-                }
-                Ok(Err(Forwarded::Failed { source, .. })) if upstream_busy(source.as_ref()) => {
-                    return Err(GatewayError::UpstreamBusy { after: slot_wait })
-                }
-                Ok(Err(Forwarded::Failed { connect, source })) => {
-                    if let Some(rejection) = crate::tls::certificate_rejection(source.as_ref()) {
-                        return Err(GatewayError::UpstreamTls {
-                            upstream: route.upstream.slot_name(),
-                            reason: rejection.reason(),
-                        });
-                    }
-                    return Err(GatewayError::UpstreamUnavailable { connect, source });
-                }
-                Ok(Ok(response)) => response,
+            let exchange = Exchange {
+                pool: &pool,
+                route: &route,
+                metrics: &metrics,
+                note: note.as_ref(),
+                slot_wait,
+                deadline: tokio::time::Instant::now() + route.timeout,
+            };
+            let response = match &route.upstream_auth {
+                None => exchange.send(upstream_request).await?,
+                Some(auth) => exchange.send_authorized(auth, upstream_request).await?,
             };
             Ok(response_filter(response, &route))
         })
+    }
+}
+
+/// One forwarded request's exchange with its upstream: every attempt it makes ends by the route's
+/// timeout, counted from the first.
+struct Exchange<'a> {
+    pool: &'a Arc<UpstreamPool>,
+    route: &'a crate::route::CompiledRoute,
+    metrics: &'a Metrics,
+    note: Option<&'a AccessNote>,
+    slot_wait: Duration,
+    deadline: tokio::time::Instant,
+}
+
+impl Exchange<'_> {
+    /// Sends `request` and waits for the response head until the deadline.
+    async fn send(
+        &self,
+        request: Request<RequestBody>,
+    ) -> Result<Response<ProxyBody>, GatewayError> {
+        let route = self.route;
+        let pending = send(self.pool, &route.upstream, request);
+        let started = std::time::Instant::now();
+        let answered = tokio::time::timeout_at(self.deadline, pending).await;
+        let took = started.elapsed();
+        self.metrics
+            .of_route(route)
+            .upstream_duration
+            .observe(took.as_secs_f64());
+        if let Some(note) = self.note {
+            note.upstream_time(took);
+        }
+        match answered {
+            Err(_elapsed) => {
+                // Dropping the pending request (done by the timeout) makes its connection's
+                // task tear the connection down; it is never reused. That task runs on this
+                // serving thread: yield once so it closes the socket before this error lets
+                // the key's gate open (I4: a timed-out call keeps the key closed until then).
+                tokio::task::yield_now().await;
+                Err(GatewayError::UpstreamTimeout {
+                    after: route.timeout,
+                })
+            }
+            // The client's chunked body grew past `max_body`: the forward was aborted.
+            Ok(Err(Forwarded::Failed { source, .. }))
+                if is_body_limit_exceeded(source.as_ref()) =>
+            {
+                Err(GatewayError::BodyTooLarge {
+                    limit: route.max_body,
+                })
+            }
+            // The client's body was malformed, cut off or stalled: its fault, not the upstream's.
+            Ok(Err(Forwarded::Failed { source, .. }))
+                if crate::proxy::client_body_fault(source.as_ref()).is_some() =>
+            {
+                Err(crate::proxy::client_body_fault(source.as_ref())
+                    .unwrap_or(GatewayError::ClientBody))
+            }
+            Ok(Err(Forwarded::Failed { source, .. })) if upstream_busy(source.as_ref()) => {
+                Err(GatewayError::UpstreamBusy {
+                    after: self.slot_wait,
+                })
+            }
+            Ok(Err(Forwarded::Failed { connect, source })) => {
+                if let Some(rejection) = crate::tls::certificate_rejection(source.as_ref()) {
+                    return Err(GatewayError::UpstreamTls {
+                        upstream: route.upstream.slot_name(),
+                        reason: rejection.reason(),
+                    });
+                }
+                Err(GatewayError::UpstreamUnavailable { connect, source })
+            }
+            Ok(Ok(response)) => Ok(response),
+        }
+    }
+
+    /// Sends `request` with the route's own credentials: the body is read whole first, so that
+    /// a request the upstream refuses with 401 can be sent once more with a renewed token. A
+    /// second 401, or no token at all, is the gateway's failure: the upstream did nothing.
+    async fn send_authorized(
+        &self,
+        auth: &UpstreamAuth,
+        request: Request<RequestBody>,
+    ) -> Result<Response<ProxyBody>, GatewayError> {
+        let (mut parts, body) = request.into_parts();
+        let body = self.read_body(body).await?;
+        let token = self.token(auth.bearer()).await?;
+        parts
+            .headers
+            .insert(header::AUTHORIZATION, token.authorization().clone());
+        let again = parts.clone();
+        let first = self
+            .send(Request::from_parts(parts, RequestBody::full(body.clone())))
+            .await?;
+        if first.status() != StatusCode::UNAUTHORIZED {
+            return Ok(first);
+        }
+        drop(first);
+        let renewed = self.token(auth.renew_after_refusal(&token)).await?;
+        let mut parts = again;
+        parts
+            .headers
+            .insert(header::AUTHORIZATION, renewed.authorization().clone());
+        let second = self
+            .send(Request::from_parts(parts, RequestBody::full(body)))
+            .await?;
+        if second.status() == StatusCode::UNAUTHORIZED {
+            return Err(self.no_credentials(GrantError::RefusedByUpstream));
+        }
+        Ok(second)
+    }
+
+    /// A token from `obtain`, by the deadline.
+    async fn token(
+        &self,
+        obtain: impl std::future::Future<Output = Result<Arc<Token>, GrantError>>,
+    ) -> Result<Arc<Token>, GatewayError> {
+        match tokio::time::timeout_at(self.deadline, obtain).await {
+            Ok(Ok(token)) => Ok(token),
+            Ok(Err(error)) => Err(self.no_credentials(error)),
+            Err(_elapsed) => Err(self.no_credentials(GrantError::Timeout(self.route.timeout))),
+        }
+    }
+
+    fn no_credentials(&self, reason: GrantError) -> GatewayError {
+        GatewayError::UpstreamCredentials {
+            upstream: self.route.upstream.slot_name(),
+            reason,
+        }
+    }
+
+    /// The whole request body (within the route's `max_body`, which the body counts itself).
+    async fn read_body(&self, body: RequestBody) -> Result<bytes::Bytes, GatewayError> {
+        match tokio::time::timeout_at(self.deadline, body.collect()).await {
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(e)) if is_body_limit_exceeded(e.as_ref()) => Err(GatewayError::BodyTooLarge {
+                limit: self.route.max_body,
+            }),
+            Ok(Err(e)) => {
+                Err(crate::proxy::client_body_fault(e.as_ref()).unwrap_or(GatewayError::ClientBody))
+            }
+            Err(_elapsed) => Err(GatewayError::BodyTimeout {
+                after: self.route.timeout,
+            }),
+        }
     }
 }
 

@@ -160,18 +160,20 @@ impl IdempotencySettings {
         let names = pattern.param_names().chain(TEMPLATE_EXTRAS);
         let key = KeyTemplate::parse(&config.key, names)
             .map_err(|e| error("idempotency.key", e.to_string()))?;
-        let hmac_secret = match &config.hmac_secret_env {
-            None => None,
-            Some(name) => match std::env::var(name) {
-                Ok(secret) if !secret.is_empty() => Some(secret.into_bytes()),
-                _ => {
-                    return Err(error(
-                        "idempotency.hmac_secret_env",
-                        format!("environment variable {name} is not set (or empty)"),
-                    ))
-                }
-            },
-        };
+        let hmac_secret = crate::secret::read(
+            "hmac_secret",
+            config.hmac_secret_env.as_deref(),
+            config.hmac_secret_file.as_deref(),
+        )
+        .map_err(|e| {
+            let field = if config.hmac_secret_file.is_some() {
+                "idempotency.hmac_secret_file"
+            } else {
+                "idempotency.hmac_secret_env"
+            };
+            error(field, e.to_string())
+        })?
+        .map(String::into_bytes);
         let key_format = match (config.key_format, &hmac_secret) {
             (Some(KeyFormat::Raw), Some(_)) => {
                 return Err(error(
@@ -249,7 +251,7 @@ impl IdempotencySettings {
         let inject = Inject::parse(&config.inject)
             .map_err(|message| error("idempotency.inject", message))?;
         Ok(IdempotencySettings {
-            inject,
+            inject: inject.clone(),
             completed_when,
             when_missing: config.when_missing,
             key_encoding: config.key_encoding,
@@ -260,7 +262,10 @@ impl IdempotencySettings {
             hmac_secret,
             key_format,
             max_key_length: config.max_key_length,
-            client_key: config.client_key,
+            client_key: config.client_key.unwrap_or(match inject {
+                Inject::Header => ClientKey::Replace,
+                Inject::Json(_) => ClientKey::Refuse,
+            }),
             on_unknown_outcome: config.on_unknown_outcome,
             retention: config.retention,
             max_stored_body: config.max_stored_body,

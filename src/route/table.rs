@@ -18,7 +18,8 @@ use crate::config::{
 };
 use crate::stats::{RouteCounters, RouteMetrics};
 use crate::tls::UpstreamTls;
-use crate::token::{signature_key_from_env, SignatureKey};
+use crate::token::{signature_key_from, SignatureKey};
+use crate::upstream_auth::UpstreamAuth;
 
 /// Paths under this prefix belong to the gateway itself (claiming) and are never routed upstream.
 pub const RESERVED_PREFIX: &str = "/_fencegate/";
@@ -42,6 +43,9 @@ pub struct CompiledRoute {
     pub upstream_tls: Option<UpstreamTls>,
     /// Headers set on every forwarded request (credentials, usually).
     pub upstream_headers: UpstreamHeaders,
+    /// Credentials the gateway obtains for the upstream (`[routes.upstream_auth]`), set as
+    /// `Authorization` on every forwarded request.
+    pub upstream_auth: Option<Arc<UpstreamAuth>>,
     /// Response headers removed before answering.
     pub strip_response_headers: Vec<HeaderName>,
     pub resource_key: Option<KeyTemplate>,
@@ -375,6 +379,24 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
             format!("{header} is the route's fence header: it carries the client's token"),
         ));
     }
+    let upstream_auth = match &config.upstream_auth {
+        None => None,
+        Some(table) => {
+            if upstream_headers
+                .names()
+                .any(|name| *name == http::header::AUTHORIZATION)
+            {
+                return Err(error(
+                    config,
+                    "upstream_headers",
+                    "Authorization is set by [routes.upstream_auth]; leave it out here",
+                ));
+            }
+            let auth = UpstreamAuth::compile(table, upstream_tls.as_ref())
+                .map_err(|e| error(config, upstream_auth_field(e.field), e.message))?;
+            Some(Arc::new(auth))
+        }
+    };
     let strip_response_headers = compile_strip_list(&config.strip_response_headers)
         .map_err(|e| error(config, "strip_response_headers", e.0))?;
     let resource_key = match &config.resource_key {
@@ -399,13 +421,12 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
             ))
         }
     };
-    let signature = match &config.fence.signature_secret_env {
-        None => None,
-        Some(name) => Some(
-            signature_key_from_env(&config.fence.signature_header, name)
-                .map_err(|e| error(config, e.field, e.message))?,
-        ),
-    };
+    let signature = signature_key_from(
+        &config.fence.signature_header,
+        config.fence.signature_secret_env.as_deref(),
+        config.fence.signature_secret_file.as_deref(),
+    )
+    .map_err(|e| error(config, e.field, e.message))?;
     let authority = match &config.fence.authority {
         None => None,
         Some(_) if config.fence.mode == FenceMode::Off => {
@@ -442,6 +463,7 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
         upstream,
         upstream_tls,
         upstream_headers,
+        upstream_auth,
         strip_response_headers,
         resource_key,
         timeout: config.timeout,
@@ -485,5 +507,16 @@ fn error(config: &RouteConfig, field: &'static str, message: impl Into<String>) 
         route: config.name.clone(),
         field,
         message: message.into(),
+    }
+}
+
+/// The full name of a `[routes.upstream_auth]` field.
+fn upstream_auth_field(field: &'static str) -> &'static str {
+    match field {
+        "token_url" => "upstream_auth.token_url",
+        "client_id" => "upstream_auth.client_id",
+        "client_secret" => "upstream_auth.client_secret",
+        "timeout" => "upstream_auth.timeout",
+        _ => "upstream_auth",
     }
 }

@@ -108,6 +108,8 @@ pub enum RenderError {
     EmptyForm(String),
     #[error("the body already carries another value at {0:?}, where the gateway puts the idempotency key")]
     InjectConflict(String),
+    #[error("the request carries an idempotency key of its own in {0}, and this route sends only the key it derives (client_key = \"refuse\")")]
+    ClientKeyRefused(String),
 }
 
 impl RenderError {

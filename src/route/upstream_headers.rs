@@ -85,8 +85,10 @@ impl UpstreamHeaders {
     }
 }
 
-/// Replaces every `${NAME}` in `template` with that variable's value; a variable that is unset
-/// or empty is an error (a credential silently sent empty would be worse).
+/// Replaces every `${NAME}` in `template` with that variable's value, and every `${file:PATH}`
+/// with that file's text (without its last line end); a variable that is unset or empty, or a
+/// file that cannot be read or is empty, is an error (a credential silently sent empty would be
+/// worse).
 fn expand(
     header: &str,
     template: &str,
@@ -101,6 +103,13 @@ fn expand(
             .find('}')
             .ok_or_else(|| HeaderError(format!("{header}: \"${{\" without a closing \"}}\"")))?;
         let variable = &after[..end];
+        if let Some(path) = variable.strip_prefix("file:") {
+            let text = crate::secret::from_file(std::path::Path::new(path))
+                .map_err(|e| HeaderError(format!("{header}: {e}")))?;
+            out.push_str(&text);
+            rest = &after[end + 1..];
+            continue;
+        }
         if variable.is_empty()
             || !variable
                 .bytes()
@@ -178,5 +187,20 @@ mod tests {
         }
         assert!(UpstreamHeaders::compile(&table(&[("A", "${SECRET")]), env).is_err());
         assert!(UpstreamHeaders::compile(&table(&[("A", "${a-b}")]), env).is_err());
+    }
+
+    #[test]
+    fn files_are_read_without_their_line_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api-key");
+        std::fs::write(&path, "AQE-key-from-a-mount\n").unwrap();
+        let template = format!("${{file:{}}}", path.display());
+        let headers = UpstreamHeaders::compile(&table(&[("X-API-Key", &template)]), env).unwrap();
+        let mut map = HeaderMap::new();
+        headers.apply(&mut map);
+        assert_eq!(map["x-api-key"], "AQE-key-from-a-mount");
+        let absent = format!("${{file:{}}}", dir.path().join("absent").display());
+        let error = UpstreamHeaders::compile(&table(&[("X-API-Key", &absent)]), env).unwrap_err();
+        assert!(error.0.contains("absent"), "{error}");
     }
 }

@@ -7,6 +7,6 @@ mod signature;
 
 pub use parse::{parse_fence_token, read_fence_header, TokenError};
 pub use signature::{
-    sign_token, signature_key_from_env, signed_message, SignatureConfigError, SignatureError,
+    sign_token, signature_key_from, signed_message, SignatureConfigError, SignatureError,
     SignatureKey,
 };

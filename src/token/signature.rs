@@ -108,41 +108,38 @@ pub struct SignatureConfigError {
     pub message: String,
 }
 
-/// The route's signing key: the secret from the environment variable `secret_env`, signatures in
-/// the header `header`. A missing or empty variable is an error, so the gateway refuses to start
-/// rather than accept unsigned tokens on a route meant to require them.
-pub fn signature_key_from_env(
+/// The route's signing key, if it names a secret: read from the environment variable
+/// `secret_env` or the file `secret_file`, signatures in the header `header`. A missing or empty
+/// secret is an error, so the gateway refuses to start rather than accept unsigned tokens on a
+/// route meant to require them.
+pub fn signature_key_from(
     header: &str,
-    secret_env: &str,
-) -> Result<SignatureKey, SignatureConfigError> {
+    secret_env: Option<&str>,
+    secret_file: Option<&std::path::Path>,
+) -> Result<Option<SignatureKey>, SignatureConfigError> {
     let error = |field: &'static str, message: String| SignatureConfigError { field, message };
+    let field = if secret_file.is_some() {
+        "fence.signature_secret_file"
+    } else {
+        "fence.signature_secret_env"
+    };
+    if secret_env.is_some_and(str::is_empty) {
+        return Err(error(field, "must name an environment variable".to_owned()));
+    }
+    let Some(secret) = crate::secret::read("signature_secret", secret_env, secret_file)
+        .map_err(|e| error(field, e.to_string()))?
+    else {
+        return Ok(None);
+    };
     let header = HeaderName::from_bytes(header.as_bytes()).map_err(|_| {
         error(
             "fence.signature_header",
             "not a valid header name".to_owned(),
         )
     })?;
-    if secret_env.is_empty() {
-        return Err(error(
-            "fence.signature_secret_env",
-            "must name an environment variable".to_owned(),
-        ));
-    }
-    let secret = std::env::var(secret_env)
-        .ok()
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| {
-            error(
-                "fence.signature_secret_env",
-                format!("environment variable {secret_env} is not set or empty"),
-            )
-        })?;
-    SignatureKey::new(header, secret.as_bytes()).ok_or_else(|| {
-        error(
-            "fence.signature_secret_env",
-            "the secret cannot key HMAC-SHA256".to_owned(),
-        )
-    })
+    SignatureKey::new(header, secret.as_bytes())
+        .map(Some)
+        .ok_or_else(|| error(field, "the secret cannot key HMAC-SHA256".to_owned()))
 }
 
 /// 64 hex digits (either case) → 32 bytes; anything else → `None`.

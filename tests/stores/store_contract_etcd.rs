@@ -28,6 +28,7 @@ pub fn config(endpoints: &[String], prefix: &str) -> EtcdStoreConfig {
         key_prefix: prefix.to_owned(),
         username: None,
         password_env: None,
+        password_file: None,
         request_timeout: DEFAULT_ETCD_REQUEST_TIMEOUT,
         turn_margin: DEFAULT_TURN_MARGIN,
         max_batch: DEFAULT_ETCD_MAX_BATCH,

@@ -59,14 +59,19 @@ impl EtcdStore {
             detail,
         };
         let endpoints = config.endpoints.join(", ");
-        let password = match &config.password_env {
-            None => None,
-            Some(variable) => Some(std::env::var(variable).map_err(|_| {
-                setup(format!(
-                    "store.password_env: the environment variable {variable} is not set"
-                ))
-            })?),
-        };
+        let password = crate::secret::read(
+            "password",
+            config.password_env.as_deref(),
+            config.password_file.as_deref(),
+        )
+        .map_err(|e| {
+            let field = if config.password_file.is_some() {
+                "password_file"
+            } else {
+                "password_env"
+            };
+            setup(format!("store.{field}: {e}"))
+        })?;
         let client = EtcdClient::new(config, password)
             .map_err(|e| setup(format!("store.{}: {}", e.field, e.message)))?;
         let keys = Keys::new(&config.key_prefix);

@@ -323,6 +323,57 @@ fn check_config_refuses_an_admin_token_env_that_is_unset_or_short() {
     assert!(stdout.contains("admin-token.toml: ok"), "{stdout}");
 }
 
+/// `[admin] token_file` (a mounted secret) instead of `token_env`: check-config reads the file
+/// and refuses it when it is absent, empty or short, naming the field and the file.
+#[test]
+fn check_config_reads_an_admin_token_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("admin-token");
+    let path = dir.path().join("admin-token-file.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:8080\"\n\n[admin]\nlisten = \"127.0.0.1:9090\"\ntoken_file = \"{}\"\n",
+            token.display()
+        ),
+    )
+    .unwrap();
+    let check = || {
+        Command::new(binary())
+            .args(["check-config", path.to_str().unwrap()])
+            .output()
+            .expect("run fencegate")
+    };
+    for (content, says) in [
+        (None, "No such file"),
+        (Some("\n"), "is empty"),
+        (Some("fifteen-chars!!\n"), "fewer than 16 characters"),
+    ] {
+        match content {
+            Some(text) => std::fs::write(&token, text).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(&token);
+            }
+        }
+        let output = check();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{content:?}: accepted");
+        for part in ["admin.token_file", "admin-token", says] {
+            assert!(
+                stderr.contains(part),
+                "{content:?}: no {part:?} in {stderr}"
+            );
+        }
+    }
+    std::fs::write(&token, "sixteen-chars-ok\n").unwrap();
+    let output = check();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// A `serve` that cannot start says which configuration file it was starting from, beside the
 /// reason: a store path that cannot be created, a listen address already in use.
 #[test]

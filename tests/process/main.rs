@@ -29,4 +29,5 @@ mod shutdown;
 mod stripe;
 mod telemetry;
 mod token_snippets;
+mod upstream_auth;
 mod walkthrough;

@@ -377,3 +377,49 @@ async fn keys_are_read_from_the_body_and_put_into_it() {
     assert_eq!(twice.status.as_u16(), 400);
     assert_eq!(provider.charges()[2].key.as_deref(), Some("order:o-1"));
 }
+
+/// A client library that writes its own random key into the body (Square's SDKs require one):
+/// under `client_key = "replace"` the gateway puts its derived key in that member's place, so
+/// two calls for one operation with different client keys reach the provider as one, charged
+/// once; under the default for body keys (`refuse`) such a call is a 400, nothing forwarded.
+#[tokio::test]
+async fn a_clients_own_key_in_the_body_is_replaced_or_refused() {
+    let provider = Provider::start(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let routes = format!(
+        "{}{}",
+        idempotent_route(
+            &provider,
+            "payments",
+            "pay:{json:/reference_id}",
+            "inject = \"json:/idempotency_key\"\nclient_key = \"replace\"",
+        ),
+        idempotent_route(
+            &provider,
+            "strict",
+            "pay:{json:/reference_id}",
+            "inject = \"json:/idempotency_key\"",
+        )
+    );
+    let gateway = Launch::new().start(dir.path(), &routes);
+    let json = [("content-type", "application/json")];
+    let call = |client_key: &str| {
+        format!(r#"{{"reference_id":"r-1", "idempotency_key": "{client_key}", "amount": 1.10}}"#)
+    };
+    let first = send("POST", &gateway.url("/payments/1"), &json, &call("rand-a")).await;
+    assert_eq!(first.status.as_u16(), 201, "{:?}", first.body);
+    let second = send("POST", &gateway.url("/payments/1"), &json, &call("rand-b")).await;
+    assert_eq!(second.status.as_u16(), 201, "{:?}", second.body);
+    assert!(replayed(&second), "the second call is the first's replay");
+    let charges = provider.charges();
+    assert_eq!(charges.len(), 1);
+    assert_eq!(
+        String::from_utf8(charges[0].body.to_vec()).unwrap(),
+        r#"{"reference_id":"r-1", "idempotency_key": "pay:r-1", "amount": 1.10}"#,
+        "the client's key replaced in place, every other byte kept"
+    );
+    let refused = send("POST", &gateway.url("/strict/1"), &json, &call("rand-c")).await;
+    assert_eq!(refused.status.as_u16(), 400, "{:?}", refused.body);
+    assert_eq!(refused.problem_slug(), "invalid-resource-key");
+    assert_eq!(provider.calls(), 1);
+}

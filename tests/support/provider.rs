@@ -1,6 +1,8 @@
 //! A fake payment provider: it charges once per call, and — like real providers — may honour the
 //! idempotency header (a repeated key gets the first answer and no new charge). Faults can be
 //! queued: charge then drop the connection, charge then answer 500, charge then answer too late.
+//! It can also require OAuth2 bearer tokens it issues itself at `POST /oauth2/token` (client
+//! credentials, HTTP Basic), as PayPal does: tokens that expire, and that it can revoke.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
@@ -45,6 +47,21 @@ struct State {
     /// Whether an answer from a known key carries `Idempotent-Replayed: true`, as Stripe's do.
     marks_replays: bool,
     calls: usize,
+    /// When set, calls need a bearer token from `/oauth2/token`.
+    oauth: Option<OAuth>,
+}
+
+/// The token endpoint's client and what it has issued.
+struct OAuth {
+    client_id: String,
+    client_secret: String,
+    lifetime: Duration,
+    /// Every token issued, with when it expires.
+    issued: Vec<(String, std::time::Instant)>,
+    /// Tokens before this index are revoked.
+    revoked_before: usize,
+    /// Every `Authorization` a call (not a grant) arrived with.
+    presented: Vec<String>,
 }
 
 pub struct Provider {
@@ -119,6 +136,46 @@ impl Provider {
         self.state.lock().expect("provider lock").marks_replays = true;
     }
 
+    /// From now on calls need a bearer token this provider issued to `client_id` with
+    /// `client_secret` and that has not expired (`lifetime`) or been revoked; others get 401.
+    pub fn require_tokens(&self, client_id: &str, client_secret: &str, lifetime: Duration) {
+        self.state.lock().expect("provider lock").oauth = Some(OAuth {
+            client_id: client_id.to_owned(),
+            client_secret: client_secret.to_owned(),
+            lifetime,
+            issued: Vec::new(),
+            revoked_before: 0,
+            presented: Vec::new(),
+        });
+    }
+
+    /// Revokes every token issued so far.
+    pub fn revoke_tokens(&self) {
+        if let Some(oauth) = &mut self.state.lock().expect("provider lock").oauth {
+            oauth.revoked_before = oauth.issued.len();
+        }
+    }
+
+    /// Tokens issued so far.
+    pub fn grants(&self) -> usize {
+        self.state
+            .lock()
+            .expect("provider lock")
+            .oauth
+            .as_ref()
+            .map_or(0, |oauth| oauth.issued.len())
+    }
+
+    /// The `Authorization` of every call so far, in order.
+    pub fn presented(&self) -> Vec<String> {
+        self.state
+            .lock()
+            .expect("provider lock")
+            .oauth
+            .as_ref()
+            .map_or_else(Vec::new, |oauth| oauth.presented.clone())
+    }
+
     pub fn charges(&self) -> Vec<Charge> {
         self.state.lock().expect("provider lock").charges.clone()
     }
@@ -152,6 +209,9 @@ async fn handle(
     state: Arc<Mutex<State>>,
 ) -> Result<Response<Full<Bytes>>, Dropped> {
     let path = request.uri().path().to_owned();
+    if let Some(answer) = check_token(&request, &path, &state) {
+        return Ok(answer);
+    }
     let key = request
         .headers()
         .get(KEY_HEADER)
@@ -219,4 +279,68 @@ async fn handle(
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(text)))
         .expect("static response"))
+}
+
+/// With tokens required: the token endpoint's answer, or a 401 for a call without a valid
+/// token; `None` lets the call through.
+fn check_token(
+    request: &Request<Incoming>,
+    path: &str,
+    state: &Mutex<State>,
+) -> Option<Response<Full<Bytes>>> {
+    use base64::Engine as _;
+    let mut state = state.lock().expect("provider lock");
+    let oauth = state.oauth.as_mut()?;
+    let authorization = request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let answer = |status: u16, body: String| {
+        Some(
+            Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .expect("static response"),
+        )
+    };
+    if path == "/oauth2/token" {
+        let expected = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD
+                .encode(format!("{}:{}", oauth.client_id, oauth.client_secret))
+        );
+        if authorization != expected {
+            return answer(401, r#"{"error":"invalid_client"}"#.to_owned());
+        }
+        let token = format!("tok-{}", oauth.issued.len() + 1);
+        oauth
+            .issued
+            .push((token.clone(), std::time::Instant::now() + oauth.lifetime));
+        return answer(
+            200,
+            format!(
+                r#"{{"access_token":"{token}","token_type":"Bearer","expires_in":{}}}"#,
+                oauth.lifetime.as_secs()
+            ),
+        );
+    }
+    oauth.presented.push(authorization.clone());
+    let now = std::time::Instant::now();
+    let valid = oauth
+        .issued
+        .iter()
+        .enumerate()
+        .any(|(index, (token, expires))| {
+            index >= oauth.revoked_before
+                && *expires > now
+                && authorization == format!("Bearer {token}")
+        });
+    if valid {
+        return None;
+    }
+    state.calls += 1;
+    answer(401, r#"{"error":"invalid_token"}"#.to_owned())
 }

@@ -59,13 +59,16 @@ fn serve_until_exit(config: &Path) -> (std::process::ExitStatus, String) {
 }
 
 /// The configurations under `config/`, the examples users copy.
-const EXAMPLE_CONFIGS: [&str; 6] = [
+const EXAMPLE_CONFIGS: [&str; 9] = [
     "config/fencegate.toml",
     "config/docker.toml",
     "config/postgres.toml",
     "config/redis.toml",
     "config/etcd.toml",
     "config/stripe.toml",
+    "config/adyen.toml",
+    "config/paypal.toml",
+    "config/square.toml",
 ];
 
 #[test]
@@ -76,11 +79,15 @@ fn shipped_example_configs_are_valid() {
     ];
     for file in EXAMPLE_CONFIGS.into_iter().chain(deploy) {
         let path = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
-        // config/stripe.toml reads the provider's secret key from the environment, and every
+        // The provider files read the provider's credentials from the environment, and every
         // file but config/fencegate.toml the admin token.
         let output = Command::new(binary())
             .args(["check-config", &path])
             .env("STRIPE_SECRET_KEY", "sk_test_check_config")
+            .env("ADYEN_API_KEY", "AQE_check_config")
+            .env("SQUARE_ACCESS_TOKEN", "EAAA_check_config")
+            .env("PAYPAL_CLIENT_ID", "client_check_config")
+            .env("PAYPAL_CLIENT_SECRET", "secret_check_config")
             .env("FENCEGATE_ADMIN_TOKEN", ADMIN_TOKEN)
             .output()
             .expect("run fencegate");

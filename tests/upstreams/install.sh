@@ -3,8 +3,9 @@
 #   nginx (Debian, with the DAV module), golang-go and golang-github-google-uuid-dev (Debian),
 #   Flask 3 and Django (pip), Express 5 with uuid (npm), Rails 6.1 (Debian ruby-rails, with
 #   SQLite and PostgreSQL drivers), Spring MVC 4.3 on Jetty 9 (Debian),
-# the Stripe end-to-end test's client library: stripe 16.1.0 (pip), and psycopg 3.3.9 and kazoo
-# 2.11.0 (pip) for the token snippets test.
+# the Stripe end-to-end test's client library: stripe 16.1.0 (pip), the Adyen, PayPal and Square
+# libraries (pip, pinned in install-payments.sh), and psycopg 3.3.9 and kazoo 2.11.0 (pip) for the
+# token snippets test.
 # Idempotent; runnable from any directory. Prints one line per tool and exits non-zero, naming
 # what failed, if any install fails.
 set -u
@@ -169,8 +170,9 @@ else
 fi
 
 # The frameworks whose install steps live beside their apps: Django, Go's uuid package, Rails,
-# Spring MVC on Jetty. Each prints its own line.
-for part in django go-uuid rails spring; do
+# Spring MVC on Jetty; and the payment libraries payments_client.py drives (after stripe above,
+# whose version and requests' they hold). Each prints its own lines.
+for part in django go-uuid rails spring payments; do
   if ! bash "tests/upstreams/install-$part.sh"; then
     failed+=("$part")
   fi

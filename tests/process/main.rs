@@ -22,6 +22,7 @@ mod durability;
 mod hostile_load;
 mod idempotency_crash;
 mod log_escaping;
+mod payment_sdks;
 mod provider_contracts;
 mod reload;
 mod replicas;

@@ -23,6 +23,7 @@ pub mod namespace_in_task;
 pub mod network_store;
 pub mod ordering;
 pub mod outcome;
+pub mod payments;
 pub mod postgres;
 pub mod process;
 pub mod provider;

@@ -14,7 +14,7 @@ const PROVIDER_STARTUP: Duration = Duration::from_secs(20);
 /// How long one client run may take, retries and a gateway restart included.
 const CLIENT_RUN_LIMIT: Duration = Duration::from_secs(120);
 
-fn upstreams_dir() -> PathBuf {
+pub fn upstreams_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstreams")
 }
 
@@ -176,7 +176,7 @@ impl Drop for FakeProvider {
     }
 }
 
-fn read_lines(path: &Path) -> Vec<serde_json::Value> {
+pub fn read_lines(path: &Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines()
         .filter(|line| !line.trim().is_empty())
@@ -220,7 +220,7 @@ pub struct RunningClient {
     stderr: Option<std::thread::JoinHandle<String>>,
 }
 
-fn read_all(mut pipe: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<String> {
+pub fn read_all(mut pipe: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<String> {
     std::thread::spawn(move || {
         let mut text = String::new();
         let _ = pipe.read_to_string(&mut text);

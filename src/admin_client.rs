@@ -68,7 +68,9 @@ impl AdminClient {
                 IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
             });
         }
-        let token = admin.bearer_token().map_err(AdminClientError::NoToken)?;
+        let token = admin
+            .bearer_token()
+            .map_err(|e| AdminClientError::NoToken(format!("admin.token: {e}")))?;
         Ok(AdminClient { addr, token })
     }
 

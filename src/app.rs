@@ -436,7 +436,7 @@ impl App {
 fn admin_token(admin: &crate::config::AdminConfig) -> Result<String, StartError> {
     admin
         .bearer_token()
-        .map_err(StartError::Admin)?
+        .map_err(|e| StartError::Admin(format!("admin.token: {e}")))?
         .ok_or_else(|| StartError::Admin("no token configured".to_owned()))
 }
 

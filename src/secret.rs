@@ -41,6 +41,22 @@ pub fn read(
     }
 }
 
+/// Like [`read`], where an empty variable is a value (an etcd user without a password).
+pub fn read_allowing_empty(
+    field: &str,
+    env: Option<&str>,
+    file: Option<&Path>,
+) -> Result<Option<String>, SecretError> {
+    match (env, file) {
+        (Some(name), None) => std::env::var(name)
+            .map(Some)
+            .map_err(|_| SecretError::Unset {
+                name: name.to_owned(),
+            }),
+        _ => read(field, env, file),
+    }
+}
+
 /// The value of the environment variable `name`, which must be set and not empty.
 pub fn from_env(name: &str) -> Result<String, SecretError> {
     match std::env::var(name) {

@@ -44,7 +44,7 @@ impl AdminConfig {
                 self.token_env.as_deref(),
                 self.token_file.as_deref(),
             )
-            .map_err(|e| format!("admin.token: {e}")),
+            .map_err(|e| e.to_string()),
         }
     }
 }

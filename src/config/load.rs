@@ -210,6 +210,12 @@ fn validate_etcd(etcd: &EtcdStoreConfig) -> Result<(), (&'static str, &'static s
     if etcd.request_timeout.is_zero() {
         return Err(("request_timeout", "must be more than zero"));
     }
+    if etcd.password_env.is_some() && etcd.password_file.is_some() {
+        return Err((
+            "password_file",
+            "give password_env or password_file, not both",
+        ));
+    }
     match (
         &etcd.username,
         etcd.password_env.is_some() || etcd.password_file.is_some(),

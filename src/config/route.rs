@@ -160,8 +160,8 @@ pub struct IdempotencyConfig {
     /// intent, as a transient one does.
     #[serde(default)]
     pub completed_when: Option<CompletedWhenConfig>,
-    /// Where the key goes: `"header"` (the `header` above), or `"json:/member"`, a top-level
-    /// member of a JSON body (Square's `idempotency_key`).
+    /// Where the key goes: `"header"` (the `header` above), or `"json:/pointer"`, a member of a
+    /// JSON body's object (Square's `/idempotency_key`, `/variables/input/idempotencyKey`).
     #[serde(default = "default_inject")]
     pub inject: String,
 }

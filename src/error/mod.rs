@@ -122,8 +122,8 @@ pub enum GatewayError {
     MemoryBusy { after: Duration },
     #[error("the request body is larger than {limit} bytes")]
     BodyTooLarge { limit: usize },
-    #[error("the request needs an idempotency key in the {header} header")]
-    IdempotencyKeyRequired { header: String },
+    #[error("the request needs an idempotency key in {place}")]
+    IdempotencyKeyRequired { place: String },
     #[error("the idempotency key is {length} characters long; the provider takes at most {max}")]
     IdempotencyKeyTooLong { length: usize, max: usize },
     #[error("idempotency key {key} was used for a different request")]
@@ -258,6 +258,17 @@ impl GatewayError {
             ),
             GatewayError::StoreFailed { key, .. } => {
                 format!("key {key}: the fence store failed; the request was not forwarded")
+            }
+            // The token endpoint's refusal (its OAuth2 error code) is the operator's to fix and
+            // safe to show; how it failed otherwise (addresses, TLS) stays in the log.
+            GatewayError::UpstreamCredentials {
+                reason:
+                    reason @ (crate::upstream_auth::GrantError::Refused { .. }
+                    | crate::upstream_auth::GrantError::RefusedByUpstream),
+                ..
+            } => format!("no credentials for the upstream: {reason}"),
+            GatewayError::UpstreamCredentials { .. } => {
+                "the gateway could not obtain credentials for the upstream".to_owned()
             }
             GatewayError::UpstreamUnavailable { connect, .. } => format!(
                 "the upstream {}",

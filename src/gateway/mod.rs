@@ -103,10 +103,14 @@ impl Gateway {
                 gates.clone(),
                 Arc::clone(&store),
                 Arc::clone(&metrics),
-                limits.budget,
+                limits.budget.clone(),
             ))
             // Last: forward what passed.
-            .service(Proxy::new(Arc::clone(&metrics), limits.upstream_slots));
+            .service(Proxy::new(
+                Arc::clone(&metrics),
+                limits.upstream_slots,
+                limits.budget,
+            ));
         Gateway {
             claim: Claim::new(store, routes, gates),
             routed,

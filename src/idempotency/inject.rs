@@ -1,5 +1,6 @@
 //! Puts a derived idempotency key into a JSON body, for providers that take it as a body field
-//! (Square's `idempotency_key`): as a top-level member, inserted into (or replaced in) the body's
+//! (Square's `idempotency_key`, or a member of a GraphQL mutation's `variables`): as a member of the
+//! body's object or of an object within it, inserted into (or replaced in) the body's
 //! text so that every other byte — numbers of any precision, member order — reaches the provider
 //! as the client sent it.
 
@@ -32,49 +33,83 @@ impl<'de> serde::Deserialize<'de> for Members<'de> {
     }
 }
 
-/// The member `pointer` names (`/idempotency_key` → `idempotency_key`).
-fn member_name(pointer: &str) -> Result<String, RenderError> {
+/// The member names `pointer` walks (`/variables/input/idempotencyKey` → three), unescaped.
+fn member_names(pointer: &str) -> Result<Vec<String>, RenderError> {
     pointer
         .strip_prefix('/')
-        .map(|token| token.replace("~1", "/").replace("~0", "~"))
+        .map(|rest| {
+            rest.split('/')
+                .map(|token| token.replace("~1", "/").replace("~0", "~"))
+                .collect()
+        })
         .ok_or_else(|| RenderError::InjectConflict(pointer.to_owned()))
 }
 
-/// Where the member sits in `body`: the byte range of its value's text, and that value.
-/// `Ok(None)`: the object has no such member. A body that is not a JSON object, a member written
-/// twice (parsers disagree on which one counts) or one that is not a string is refused.
-fn find_member(
-    body: &[u8],
-    pointer: &str,
-) -> Result<Option<(std::ops::Range<usize>, String)>, RenderError> {
-    let name = member_name(pointer)?;
-    let members: Members<'_> =
-        serde_json::from_slice(body).map_err(|_| RenderError::BodyNotJson)?;
-    let mut found = members.0.iter().filter(|(member, _)| *member == name);
-    let Some((_, raw)) = found.next() else {
-        return Ok(None);
-    };
-    if found.next().is_some() {
-        return Err(RenderError::InjectConflict(pointer.to_owned()));
+/// Where `pointer` leads in `body`: the byte range of the object that holds (or would hold) the
+/// member, and the member's value range and string, if it is there.
+struct Located {
+    object: std::ops::Range<usize>,
+    member: Option<(std::ops::Range<usize>, String)>,
+}
+
+/// Walks `pointer` through `body`'s objects. A body that is not a JSON object, an object on the
+/// way that is missing or is not an object, a member written twice (parsers disagree on which
+/// one counts) and a final member that is not a string are refused.
+fn locate(body: &[u8], pointer: &str) -> Result<Located, RenderError> {
+    let names = member_names(pointer)?;
+    let conflict = || RenderError::InjectConflict(pointer.to_owned());
+    let mut object = 0..body.len();
+    for (depth, name) in names.iter().enumerate() {
+        let members: Members<'_> = serde_json::from_slice(&body[object.clone()]).map_err(|_| {
+            if depth == 0 {
+                RenderError::BodyNotJson
+            } else {
+                conflict()
+            }
+        })?;
+        let mut found = members.0.iter().filter(|(member, _)| member == name);
+        let first = found.next();
+        if found.next().is_some() {
+            return Err(conflict());
+        }
+        let last = depth + 1 == names.len();
+        let Some((_, raw)) = first else {
+            return if last {
+                Ok(Located {
+                    object,
+                    member: None,
+                })
+            } else {
+                Err(conflict())
+            };
+        };
+        // The raw value borrows from `body`: its place there is the distance between the two.
+        let start = (raw.get().as_ptr() as usize)
+            .checked_sub(body.as_ptr() as usize)
+            .filter(|start| start + raw.get().len() <= body.len())
+            .ok_or(RenderError::BodyNotJson)?;
+        let range = start..start + raw.get().len();
+        if last {
+            let value: String = serde_json::from_str(raw.get()).map_err(|_| conflict())?;
+            return Ok(Located {
+                object,
+                member: Some((range, value)),
+            });
+        }
+        object = range;
     }
-    let value: String = serde_json::from_str(raw.get())
-        .map_err(|_| RenderError::InjectConflict(pointer.to_owned()))?;
-    // The raw value borrows from `body`: its place there is the distance between the two.
-    let start = (raw.get().as_ptr() as usize)
-        .checked_sub(body.as_ptr() as usize)
-        .filter(|start| start + raw.get().len() <= body.len())
-        .ok_or(RenderError::BodyNotJson)?;
-    Ok(Some((start..start + raw.get().len(), value)))
+    Err(conflict())
 }
 
 /// The key the client wrote at `pointer` in its JSON body, if any.
 pub fn client_key_in_body(body: &[u8], pointer: &str) -> Result<Option<String>, RenderError> {
-    Ok(find_member(body, pointer)?.map(|(_, value)| value))
+    Ok(locate(body, pointer)?.member.map(|(_, value)| value))
 }
 
-/// `body` with `key` as the top-level string member `pointer` names. A body that already carries
-/// the same key is sent unchanged; one that carries another string there has it replaced when
-/// `replace`, and is refused otherwise, as is a body that is not a JSON object.
+/// `body` with `key` as the string member `pointer` names (in the top-level object, or in an
+/// object within it: `/variables/input/idempotencyKey`). A body that already carries the same
+/// key is sent unchanged; one that carries another string there has it replaced when `replace`,
+/// and is refused otherwise, as is a body that is not a JSON object.
 pub fn inject_json(
     body: &Bytes,
     pointer: &str,
@@ -82,7 +117,8 @@ pub fn inject_json(
     replace: bool,
 ) -> Result<Bytes, RenderError> {
     let value = serde_json::to_string(key).map_err(|_| RenderError::BodyNotJson)?;
-    match find_member(body, pointer)? {
+    let located = locate(body, pointer)?;
+    match located.member {
         Some((_, sent)) if sent == key => return Ok(body.clone()),
         Some((place, _)) if replace => {
             let mut replaced = Vec::with_capacity(body.len() + value.len());
@@ -94,21 +130,22 @@ pub fn inject_json(
         Some(_) => return Err(RenderError::InjectConflict(pointer.to_owned())),
         None => {}
     }
-    // A JSON object's text starts, after white space, with '{'.
-    let text = &body[..];
-    let open = text
-        .iter()
-        .position(|&b| b == b'{')
-        .ok_or(RenderError::BodyNotJson)?;
-    let rest = &text[open + 1..];
+    // The object's text starts, after white space, with '{'.
+    let object = &body[located.object.clone()];
+    let open = located.object.start
+        + object
+            .iter()
+            .position(|&b| b == b'{')
+            .ok_or(RenderError::BodyNotJson)?;
+    let rest = &body[open + 1..];
     let empty = rest
         .iter()
         .find(|b| !b.is_ascii_whitespace())
         .is_some_and(|&b| b == b'}');
-    let name =
-        serde_json::to_string(&member_name(pointer)?).map_err(|_| RenderError::BodyNotJson)?;
+    let last = member_names(pointer)?.pop().unwrap_or_default();
+    let name = serde_json::to_string(&last).map_err(|_| RenderError::BodyNotJson)?;
     let mut injected = Vec::with_capacity(body.len() + name.len() + value.len() + 2);
-    injected.extend_from_slice(&text[..=open]);
+    injected.extend_from_slice(&body[..=open]);
     injected.extend_from_slice(name.as_bytes());
     injected.push(b':');
     injected.extend_from_slice(value.as_bytes());
@@ -197,5 +234,42 @@ mod tests {
         );
         assert_eq!(read(r#"{"other":"x"}"#), Ok(None));
         assert_eq!(read("[]"), Err(RenderError::BodyNotJson));
+    }
+
+    #[test]
+    fn a_nested_member_is_found_inserted_and_replaced() {
+        let pointer = "/variables/input/idempotencyKey";
+        let body = Bytes::from_static(
+            br#"{"query":"mutation { chargePaymentMethod }","variables":{"input":{"amount":"1.00"}}}"#,
+        );
+        let injected = inject_json(&body, pointer, "k-1", false).unwrap();
+        assert_eq!(
+            &injected[..],
+            br#"{"query":"mutation { chargePaymentMethod }","variables":{"input":{"idempotencyKey":"k-1","amount":"1.00"}}}"#
+        );
+        assert_eq!(
+            client_key_in_body(&injected, pointer),
+            Ok(Some("k-1".to_owned()))
+        );
+        let theirs = Bytes::from_static(
+            br#"{"variables":{"input":{"idempotencyKey":"mine","amount":"1.00"}},"query":"q"}"#,
+        );
+        assert_eq!(
+            &inject_json(&theirs, pointer, "k-1", true).unwrap()[..],
+            br#"{"variables":{"input":{"idempotencyKey":"k-1","amount":"1.00"}},"query":"q"}"#
+        );
+        for refused in [
+            &br#"{"variables":{}}"#[..],
+            br#"{"variables":{"input":[1]}}"#,
+            br#"{"variables":"x"}"#,
+            br#"{"variables":{"input":{}},"variables":{"input":{}}}"#,
+        ] {
+            assert_eq!(
+                inject_json(&Bytes::copy_from_slice(refused), pointer, "k-1", true),
+                Err(RenderError::InjectConflict(pointer.to_owned())),
+                "{}",
+                String::from_utf8_lossy(refused)
+            );
+        }
     }
 }

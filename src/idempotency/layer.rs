@@ -13,7 +13,6 @@ use http_body_util::BodyExt as _;
 use tower::{Layer, Service};
 
 use super::admission::{advance_and_begin, IntentBackend};
-use super::capture::{read_prefix, read_request, Prefix, ReadFailure};
 use super::inject::{client_key_in_body, inject_json};
 use super::{
     decode_client_key, encode_key, fingerprint, idempotency_key, now_ms, IdempotencySettings,
@@ -23,7 +22,10 @@ use crate::config::{ClientKey, UnknownOutcome, WhenMissing};
 use crate::error::GatewayError;
 use crate::extensions::{Admission, AdvanceBy, GatewayReplay};
 use crate::fence::advance;
-use crate::proxy::{full_body, Prefixed, ProxyBody, ProxyFuture, RequestBody, StackService};
+use crate::proxy::{
+    full_body, read_prefix, read_request, Prefix, Prefixed, ProxyBody, ProxyFuture, ReadFailure,
+    RequestBody, StackService,
+};
 use crate::route::{CompiledRoute, Inject, RenderError, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
 use crate::store::{BeginRequest, Begun, IntentStore, Resolution, StoreError, StoredOutcome};
@@ -159,8 +161,8 @@ where
     };
     let record_key = format!("{}/{sent_key}", route.name);
     let fence = admission.as_ref().map_or(0, |admission| admission.token);
-    // Where the provider wants the key in the body, the body it is sent with; the fingerprint
-    // stays the client's body's. Checked before anything is recorded.
+    // Where the provider wants the key in the body, the body it is sent with. Checked before
+    // anything is recorded.
     // The fingerprint is taken over the body the provider gets: a client's own key replaced in
     // it must not make two attempts at one operation differ.
     let injected = match &settings.inject {
@@ -371,7 +373,7 @@ fn key_for(
         }
         (ClientKey::Require, None) => {
             return Err(GatewayError::IdempotencyKeyRequired {
-                header: settings.header.to_string(),
+                place: key_place(settings),
             })
         }
         _ => {}

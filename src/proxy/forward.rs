@@ -17,10 +17,12 @@ use super::upstream_dial::Dialer;
 use super::upstream_pool::{ForwardError, UpstreamPool};
 use super::upstream_slots::{upstream_busy, CappedConnector, UpstreamSlots};
 
+use super::capture::{read_request, ReadFailure};
 use super::headers::{
     append_forwarded_headers, append_via, strip_hop_by_hop_headers, ClientNode, ForwardedFor,
 };
 use super::{is_body_limit_exceeded, ProxyBody, RequestBody};
+use crate::budget::{MemoryBudget, Reservation};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use crate::route::RouteMatch;
@@ -89,16 +91,19 @@ pub struct Proxy {
     tls_pools: Arc<TlsPools>,
     metrics: Arc<Metrics>,
     slot_wait: Duration,
+    /// Bodies read whole (to send again with renewed credentials) are held under it.
+    budget: MemoryBudget,
 }
 
 impl Proxy {
-    pub fn new(metrics: Arc<Metrics>, slots: Arc<UpstreamSlots>) -> Proxy {
+    pub fn new(metrics: Arc<Metrics>, slots: Arc<UpstreamSlots>, budget: MemoryBudget) -> Proxy {
         let tcp = tcp_connector(Arc::clone(&slots));
         Proxy {
             slot_wait: slots.wait(),
             pool: Arc::new(upstream_pool(Dialer::plain(tcp.clone()))),
             tls_pools: Arc::new(TlsPools::new(tcp, upstream_pool)),
             metrics,
+            budget,
         }
     }
 }
@@ -117,6 +122,7 @@ impl Service<Request<RequestBody>> for Proxy {
         let tls_pools = Arc::clone(&self.tls_pools);
         let metrics = Arc::clone(&self.metrics);
         let slot_wait = self.slot_wait;
+        let budget = self.budget.clone();
         Box::pin(async move {
             let routed =
                 request
@@ -139,6 +145,7 @@ impl Service<Request<RequestBody>> for Proxy {
                 metrics: &metrics,
                 note: note.as_ref(),
                 slot_wait,
+                budget: &budget,
                 deadline: tokio::time::Instant::now() + route.timeout,
             };
             let response = match &route.upstream_auth {
@@ -158,6 +165,7 @@ struct Exchange<'a> {
     metrics: &'a Metrics,
     note: Option<&'a AccessNote>,
     slot_wait: Duration,
+    budget: &'a MemoryBudget,
     deadline: tokio::time::Instant,
 }
 
@@ -228,11 +236,12 @@ impl Exchange<'_> {
     /// second 401, or no token at all, is the gateway's failure: the upstream did nothing.
     async fn send_authorized(
         &self,
-        auth: &UpstreamAuth,
+        auth: &Arc<UpstreamAuth>,
         request: Request<RequestBody>,
     ) -> Result<Response<ProxyBody>, GatewayError> {
         let (mut parts, body) = request.into_parts();
-        let body = self.read_body(body).await?;
+        // Held (and its bytes reserved) until the answer that needs no resend has come.
+        let (body, _held) = self.read_body(body).await?;
         let token = self.token(auth.bearer()).await?;
         parts
             .headers
@@ -254,6 +263,9 @@ impl Exchange<'_> {
             .send(Request::from_parts(parts, RequestBody::full(body)))
             .await?;
         if second.status() == StatusCode::UNAUTHORIZED {
+            // Refused twice, the second time a token just obtained: requests back off from the
+            // token endpoint for a moment instead of each asking for another.
+            auth.refused_again();
             return Err(self.no_credentials(GrantError::RefusedByUpstream));
         }
         Ok(second)
@@ -278,16 +290,23 @@ impl Exchange<'_> {
         }
     }
 
-    /// The whole request body (within the route's `max_body`, which the body counts itself).
-    async fn read_body(&self, body: RequestBody) -> Result<bytes::Bytes, GatewayError> {
-        match tokio::time::timeout_at(self.deadline, body.collect()).await {
-            Ok(Ok(collected)) => Ok(collected.to_bytes()),
-            Ok(Err(e)) if is_body_limit_exceeded(e.as_ref()) => Err(GatewayError::BodyTooLarge {
-                limit: self.route.max_body,
-            }),
-            Ok(Err(e)) => {
+    /// The whole request body (within the route's `max_body`, which the body counts itself),
+    /// its bytes reserved in the memory budget.
+    async fn read_body(
+        &self,
+        body: RequestBody,
+    ) -> Result<(bytes::Bytes, Reservation), GatewayError> {
+        let limit = self.route.max_body;
+        match tokio::time::timeout_at(self.deadline, read_request(body, limit, self.budget)).await {
+            Ok(Ok(Some(read))) => Ok(read),
+            Ok(Ok(None)) => Err(GatewayError::BodyTooLarge { limit }),
+            Ok(Err(ReadFailure::Body(e))) if is_body_limit_exceeded(e.as_ref()) => {
+                Err(GatewayError::BodyTooLarge { limit })
+            }
+            Ok(Err(ReadFailure::Body(e))) => {
                 Err(crate::proxy::client_body_fault(e.as_ref()).unwrap_or(GatewayError::ClientBody))
             }
+            Ok(Err(ReadFailure::Busy(busy))) => Err(GatewayError::MemoryBusy { after: busy.wait }),
             Err(_elapsed) => Err(GatewayError::BodyTimeout {
                 after: self.route.timeout,
             }),

@@ -2,6 +2,7 @@
 //! header rules a proxy must apply, the stack's shared future and service shapes, and the forwarding
 //! service. (The body types are `crate::body`; a route's upstream is `crate::route`.)
 
+mod capture;
 mod client_stream;
 mod forward;
 mod headers;
@@ -16,6 +17,7 @@ pub use crate::body::{
     full_body, is_body_limit_exceeded, BodyLimitExceeded, BoxError, ProxyBody, RequestBody,
 };
 pub use crate::route::UpstreamTarget;
+pub use capture::{read_prefix, read_request, Prefix, ReadFailure};
 pub use client_stream::{client_body_fault, streamed_body, ClientBodyFailed, ClientBodyStalled};
 pub use forward::{ClientAddr, Proxy, MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST};
 pub use headers::{

@@ -48,7 +48,8 @@ pub struct IdempotencySettings {
 pub enum Inject {
     /// The route's `header`.
     Header,
-    /// A top-level member of a JSON body, named by this pointer (`/idempotency_key`).
+    /// A member of a JSON body's object, named by this pointer (`/idempotency_key`,
+    /// `/variables/input/idempotencyKey`).
     Json(String),
 }
 
@@ -59,12 +60,12 @@ impl Inject {
         }
         match text.strip_prefix("json:") {
             Some(pointer)
-                if pointer.len() > 1 && pointer.starts_with('/') && !pointer[1..].contains('/') =>
+                if pointer.starts_with('/') && pointer[1..].split('/').all(|t| !t.is_empty()) =>
             {
                 Ok(Inject::Json(pointer.to_owned()))
             }
             _ => Err(format!(
-                "{text:?}: use \"header\" or \"json:/member\" (a top-level member of a JSON body, e.g. \"json:/idempotency_key\")"
+                "{text:?}: use \"header\" or \"json:/pointer\" (a member of a JSON body's object, e.g. \"json:/idempotency_key\" or \"json:/variables/input/idempotencyKey\")"
             )),
         }
     }

@@ -18,6 +18,8 @@ use crate::config::ClientAuthMethod;
 
 /// Largest token endpoint answer read; a token answer is a few hundred bytes.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
+/// The longest lifetime a token is taken to have, whatever `expires_in` says.
+const MAX_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Longest piece of the endpoint's `error` field quoted in an error.
 const MAX_QUOTED: usize = 100;
 
@@ -170,11 +172,11 @@ fn read_answer(status: StatusCode, body: &[u8]) -> Result<Issued, GrantError> {
             GrantError::Malformed("access_token holds characters a header cannot".to_owned())
         })?;
     authorization.set_sensitive(true);
-    let lifetime = match answer.expires_in {
+    let seconds = match answer.expires_in {
         None => None,
-        Some(Seconds::Number(n)) if n.is_finite() && n >= 0.0 => Some(Duration::from_secs_f64(n)),
+        Some(Seconds::Number(n)) if n.is_finite() && n >= 0.0 => Some(n),
         Some(Seconds::Text(text)) if text.trim().parse::<u64>().is_ok() => {
-            text.trim().parse().ok().map(Duration::from_secs)
+            text.trim().parse::<f64>().ok()
         }
         Some(_) => {
             return Err(GrantError::Malformed(
@@ -182,6 +184,11 @@ fn read_answer(status: StatusCode, body: &[u8]) -> Result<Issued, GrantError> {
             ))
         }
     };
+    // Under a second says nothing usable (renewing on every request would follow): the token is
+    // then used until it is refused. Longer than a year is taken as a year.
+    let lifetime = seconds
+        .filter(|&s| s >= 1.0)
+        .map(|s| Duration::from_secs_f64(s.min(MAX_LIFETIME.as_secs_f64())));
     Ok(Issued {
         authorization,
         lifetime,

@@ -166,37 +166,67 @@ impl UpstreamAuth {
         })
     }
 
-    /// A token to send: the cached one while it is not due for renewal, else a new one. If
-    /// renewing fails while the cached token has not yet expired, that one is used.
-    pub async fn bearer(&self) -> Result<Arc<Token>, GrantError> {
+    /// A token to send: the cached one while it is not due for renewal. One that is due but has
+    /// not expired is still sent while a renewal runs in the background; only a request without
+    /// a usable token waits for a grant.
+    pub async fn bearer(self: &Arc<Self>) -> Result<Arc<Token>, GrantError> {
         if let Some(token) = self.usable(|token, now| !token.due(now)) {
             return Ok(token);
         }
-        let _turn = self.renewing.lock().await;
-        // Renewed by another request while this one waited?
-        if let Some(token) = self.usable(|token, now| !token.due(now)) {
+        if let Some(token) = self.usable(|token, now| !token.expired(now)) {
+            if self.renewing.try_lock().is_ok() {
+                let this = Arc::clone(self);
+                tokio::spawn(async move { this.renew_in_turn(None).await });
+            }
             return Ok(token);
         }
-        match self.renew().await {
-            Ok(token) => Ok(token),
-            Err(error) => match self.usable(|token, now| !token.expired(now)) {
-                Some(token) => {
-                    tracing::warn!(token_url = %self.grant.token_url, %error, "renewing the upstream token failed; the current one is used until it expires");
-                    Ok(token)
-                }
-                None => Err(error),
-            },
-        }
+        self.renewal(None).await
     }
 
     /// A token after the upstream answered 401 to `refused`: a new one, unless another request
     /// has renewed it meanwhile.
-    pub async fn renew_after_refusal(&self, refused: &Token) -> Result<Arc<Token>, GrantError> {
+    pub async fn renew_after_refusal(
+        self: &Arc<Self>,
+        refused: &Token,
+    ) -> Result<Arc<Token>, GrantError> {
+        self.renewal(Some(refused.serial)).await
+    }
+
+    /// The upstream refused a token just obtained: it is dropped, and requests fail at once for
+    /// a moment instead of each asking the endpoint for another that would be refused too.
+    pub fn refused_again(&self) {
+        let mut cached = self.lock();
+        cached.token = None;
+        cached.failure = Some((Instant::now(), GrantError::RefusedByUpstream));
+    }
+
+    /// Waits for a renewal made on a task of its own, so that a request that gives up waiting
+    /// (its deadline, its client gone) does not cut the grant short for the others.
+    async fn renewal(self: &Arc<Self>, refused: Option<u64>) -> Result<Arc<Token>, GrantError> {
+        let this = Arc::clone(self);
+        tokio::spawn(async move { this.renew_in_turn(refused).await })
+            .await
+            .unwrap_or_else(|e| {
+                Err(GrantError::Transport(format!(
+                    "the renewal task failed: {e}"
+                )))
+            })
+    }
+
+    /// Renews in turn with other renewals, unless the one before already did: for a refusal, a
+    /// token other than the refused one; else one that is not due.
+    async fn renew_in_turn(&self, refused: Option<u64>) -> Result<Arc<Token>, GrantError> {
         let _turn = self.renewing.lock().await;
-        if let Some(token) = self.usable(|token, _| token.serial != refused.serial) {
+        let current = match refused {
+            Some(serial) => self.usable(|token, _| token.serial != serial),
+            None => self.usable(|token, now| !token.due(now)),
+        };
+        if let Some(token) = current {
             return Ok(token);
         }
-        self.lock().token = None;
+        if refused.is_some() {
+            self.lock().token = None;
+        }
         self.renew().await
     }
 
@@ -223,12 +253,13 @@ impl UpstreamAuth {
             Ok(issued) => {
                 let mut cached = self.lock();
                 cached.issued += 1;
+                let expires_at = issued.lifetime.and_then(|life| asked.checked_add(life));
                 let token = Arc::new(Token {
                     authorization: issued.authorization,
-                    renew_at: issued
-                        .lifetime
-                        .map(|life| asked + life - self.refresh_before.min(life / 2)),
-                    expires_at: issued.lifetime.map(|life| asked + life),
+                    renew_at: issued.lifetime.and_then(|life| {
+                        asked.checked_add(life - self.refresh_before.min(life / 2))
+                    }),
+                    expires_at,
                     serial: cached.issued,
                 });
                 tracing::info!(token_url = %self.grant.token_url, client_id = %self.grant.client_id, expires_in_secs = issued.lifetime.map(|l| l.as_secs()), "obtained an upstream token");

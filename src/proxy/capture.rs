@@ -1,14 +1,14 @@
-//! Reading bodies for the idempotency flow: the request whole (bounded, to fingerprint it), and
-//! the response's first bytes (up to the stored-body cap) so the outcome can be recorded before
-//! the client sees it — a client that retries right after its answer then finds it recorded.
+//! Reading bodies under the memory budget: a request whole (bounded; to fingerprint it for
+//! idempotency, or to send it again with renewed upstream credentials), and a response's first
+//! bytes (up to the stored-body cap) so an outcome can be recorded before the client sees it.
 //! A body that arrives in one frame (the usual case) is kept as that frame, not copied.
 
 use bytes::{Bytes, BytesMut};
 use http_body::Body as _;
 use http_body_util::BodyExt as _;
 
+use super::{BoxError, ProxyBody, RequestBody};
 use crate::budget::{MemoryBudget, MemoryBusy, Reservation};
-use crate::proxy::{BoxError, ProxyBody, RequestBody};
 
 /// Why a request body could not be read whole.
 #[derive(Debug)]

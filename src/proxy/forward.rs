@@ -122,7 +122,13 @@ impl Service<Request<RequestBody>> for Proxy {
         let tls_pools = Arc::clone(&self.tls_pools);
         let metrics = Arc::clone(&self.metrics);
         let slot_wait = self.slot_wait;
-        let budget = self.budget.clone();
+        // Only routes that may send a body twice hold it under the budget (no shared count to
+        // touch on every other request).
+        let budget = request
+            .extensions()
+            .get::<RouteMatch>()
+            .filter(|routed| routed.route.upstream_auth.is_some())
+            .map(|_| self.budget.clone());
         Box::pin(async move {
             let routed =
                 request
@@ -145,7 +151,7 @@ impl Service<Request<RequestBody>> for Proxy {
                 metrics: &metrics,
                 note: note.as_ref(),
                 slot_wait,
-                budget: &budget,
+                budget: budget.as_ref(),
                 deadline: tokio::time::Instant::now() + route.timeout,
             };
             let response = match &route.upstream_auth {
@@ -165,7 +171,8 @@ struct Exchange<'a> {
     metrics: &'a Metrics,
     note: Option<&'a AccessNote>,
     slot_wait: Duration,
-    budget: &'a MemoryBudget,
+    /// Set for routes with `[routes.upstream_auth]`.
+    budget: Option<&'a MemoryBudget>,
     deadline: tokio::time::Instant,
 }
 
@@ -297,7 +304,10 @@ impl Exchange<'_> {
         body: RequestBody,
     ) -> Result<(bytes::Bytes, Reservation), GatewayError> {
         let limit = self.route.max_body;
-        match tokio::time::timeout_at(self.deadline, read_request(body, limit, self.budget)).await {
+        let budget = self
+            .budget
+            .ok_or(GatewayError::Internal("a body read whole without a budget"))?;
+        match tokio::time::timeout_at(self.deadline, read_request(body, limit, budget)).await {
             Ok(Ok(Some(read))) => Ok(read),
             Ok(Ok(None)) => Err(GatewayError::BodyTooLarge { limit }),
             Ok(Err(ReadFailure::Body(e))) if is_body_limit_exceeded(e.as_ref()) => {

@@ -161,10 +161,9 @@ where
     };
     let record_key = format!("{}/{sent_key}", route.name);
     let fence = admission.as_ref().map_or(0, |admission| admission.token);
-    // Where the provider wants the key in the body, the body it is sent with. Checked before
-    // anything is recorded.
-    // The fingerprint is taken over the body the provider gets: a client's own key replaced in
-    // it must not make two attempts at one operation differ.
+    // Where the provider wants the key in the body, the body it is sent with, checked before
+    // anything is recorded. The fingerprint is taken over it: a client's own key replaced in it
+    // must not make two attempts at one operation differ.
     let injected = match &settings.inject {
         Inject::Header => None,
         Inject::Json(pointer) => Some(

@@ -156,7 +156,9 @@ impl Service<Request<RequestBody>> for Proxy {
             };
             let response = match &route.upstream_auth {
                 None => exchange.send(upstream_request).await?,
-                Some(auth) => exchange.send_authorized(auth, upstream_request).await?,
+                // Boxed: its state (a body held, token renewals, two sends) would otherwise
+                // enlarge every request's future.
+                Some(auth) => Box::pin(exchange.send_authorized(auth, upstream_request)).await?,
             };
             Ok(response_filter(response, &route))
         })

@@ -4,6 +4,9 @@
 #
 #   benches/fenced-writes.sh            # 5 rounds of 10 s per path, c=64 (ROUNDS, SECS, CONNS, KEYS)
 #   PATHS="..." benches/fenced-writes.sh  # other paths: direct, nginx (proxy_pass reference),
+#                                         # haproxy (HAProxy, http-reuse always, a thread per core),
+#                                         # nginx-logged (nginx proxy_pass writing its access log to
+#                                         # a file, beside logged-passthrough),
 #                                         # passthrough, fenced-BACKEND,
 #                                         # idem-BACKEND (idempotent writes, unique keys), and
 #                                         # SHAPE-ORDERING-BACKEND with SHAPE = spread | hot (one key),
@@ -46,6 +49,8 @@ GATEWAY_PORT=${GATEWAY_PORT:-18080}
 UPSTREAM_TLS_PORT=${UPSTREAM_TLS_PORT:-19002}
 NGINX_TLS_LISTENER_PORT=${NGINX_TLS_LISTENER_PORT:-19003}
 NGINX_TLS_UPSTREAM_PORT=${NGINX_TLS_UPSTREAM_PORT:-19004}
+HAPROXY_PORT=${HAPROXY_PORT:-19005}
+NGINX_LOGGED_PORT=${NGINX_LOGGED_PORT:-19006}
 TLS_GATEWAY_PORT=${TLS_GATEWAY_PORT:-18090}
 BACKENDS=${BACKENDS:-"embedded postgres redis"}
 PATHS=${PATHS:-"direct passthrough $(for b in $BACKENDS; do printf 'fenced-%s ' "$b"; done)"}
@@ -59,6 +64,7 @@ source benches/common.sh
 source benches/tls.sh
 need wrk wrk
 need nginx nginx-light
+case " $PATHS " in *" haproxy "*) need haproxy haproxy ;; esac
 
 scripts/ensure-services.sh >/dev/null
 PGOPTIONS="--client-min-messages=warning" psql -q -h 127.0.0.1 -U postgres -d test -c "DROP SCHEMA IF EXISTS fencegate_bench CASCADE" >/dev/null
@@ -67,7 +73,7 @@ work=$(mktemp -d)
 gateway_pids=()
 cleanup() {
   for pid in "${gateway_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pidfile in "$work/nginx.pid" "$work/upstream.pid"; do
+  for pidfile in "$work/nginx.pid" "$work/upstream.pid" "$work/haproxy.pid"; do
     [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
   done
   # pgbench_upserts runs in a command substitution, so its schema name is not known here.
@@ -127,11 +133,47 @@ http {
       proxy_set_header Connection "";
     }
   }
+  # The same proxy writing nginx's default (combined) access log to a file, for nginx-logged.
+  server {
+    listen 127.0.0.1:$NGINX_LOGGED_PORT;
+    access_log $work/nginx-access.log;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
 $nginx_tls_servers
 }
 NGINX
 nginx -c "$work/upstream.conf"
 nginx -c "$work/nginx.conf"
+
+# The second reference proxy: HAProxy in front of the same upstream, with a thread per core (as
+# fencegate has), idle upstream connections shared by every client (http-reuse always) and no log.
+case " $PATHS " in
+  *" haproxy "*)
+    cat > "$work/haproxy.cfg" <<HAPROXY
+global
+  nbthread $(nproc)
+  maxconn 8192
+defaults
+  mode http
+  option http-keep-alive
+  http-reuse always
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+frontend bench
+  bind 127.0.0.1:$HAPROXY_PORT
+  default_backend origin
+backend origin
+  server upstream 127.0.0.1:$UPSTREAM_PORT
+HAPROXY
+    haproxy -q -D -p "$work/haproxy.pid" -f "$work/haproxy.cfg"
+    for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$HAPROXY_PORT") 2>/dev/null && break; sleep 0.1; done
+    ;;
+esac
 
 store_table() {
   case $1 in
@@ -482,6 +524,12 @@ for round in $(seq 1 "$ROUNDS"); do
       nginx)
         CPU_PIDS=$(nginx_cpu_pids)
         line=$(run "http://127.0.0.1:$NGINX_PROXY_PORT/plain/1" "$work/plain.lua") ;;
+      nginx-logged)
+        CPU_PIDS=$(nginx_cpu_pids)
+        line=$(run "http://127.0.0.1:$NGINX_LOGGED_PORT/plain/1" "$work/plain.lua") ;;
+      haproxy)
+        CPU_PIDS=$(cat "$work/haproxy.pid")
+        line=$(run "http://127.0.0.1:$HAPROXY_PORT/plain/1" "$work/plain.lua") ;;
       nginx-tls-listener)
         CPU_PIDS=$(nginx_cpu_pids)
         line=$(run "https://127.0.0.1:$NGINX_TLS_LISTENER_PORT/plain/1" "$work/plain.lua") ;;

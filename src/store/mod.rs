@@ -55,7 +55,7 @@ pub enum Advance {
 }
 
 /// A backend that can begin an intent in the same write round as an advance (the embedded store:
-/// one writer batch; PostgreSQL: one statement; Redis: one script call), which saves an
+/// one writer batch; PostgreSQL: one statement; Redis: one script call; etcd: one transaction), which saves an
 /// idempotent write a round trip and a commit of its own. Only the backends that have such a
 /// round implement it; [`Backend::combined`] says which.
 pub trait AdvanceAndBegin: Send + Sync + 'static {
@@ -249,16 +249,6 @@ impl Backend {
             combined: Some(store),
         }
     }
-
-    fn of<T: FenceStore + IntentStore>(store: T, turns: Option<Arc<dyn TurnStore>>) -> Backend {
-        let store = Arc::new(store);
-        Backend {
-            fences: Arc::clone(&store) as Arc<dyn FenceStore>,
-            intents: store,
-            turns,
-            combined: None,
-        }
-    }
 }
 
 /// Checks a network store's URL and TLS files as opening it would, without connecting: what
@@ -293,7 +283,7 @@ pub async fn open(config: &StoreConfig, holder: &str) -> Result<Backend, StoreEr
         StoreConfig::Etcd(etcd) => {
             let store = EtcdStore::open(etcd).await?;
             let turns = store.turns(holder);
-            Backend::of(store, Some(Arc::new(turns)))
+            Backend::with_combined(store, Some(Arc::new(turns)))
         }
     })
 }

@@ -13,8 +13,8 @@ use fencegate::config::{
     DEFAULT_ETCD_REQUEST_TIMEOUT, DEFAULT_TURN_MARGIN,
 };
 use fencegate::store::{
-    decide, decide_begin, Advance, BeginRequest, Begun, EtcdStore, FenceStore, IntentStore,
-    StoreError,
+    decide, decide_begin, Advance, AdvanceAndBegin, BeginRequest, Begun, EtcdStore, FenceStore,
+    IntentState, IntentStore, Resolution, StoreError, StoredOutcome,
 };
 
 use crate::support;
@@ -219,6 +219,159 @@ async fn etcd_store_keeps_the_intent_contract() {
             Arc::clone(&store) as Arc<dyn IntentStore>
         )
         .await;
+    })
+    .await;
+}
+
+fn charged(status: u16) -> StoredOutcome {
+    StoredOutcome {
+        status,
+        headers: Vec::new(),
+        body: bytes::Bytes::from_static(b"charged"),
+        body_complete: true,
+    }
+}
+
+/// An idempotent write's advance and begin in one transaction of the advance batch, and its
+/// outcome in one compare-and-swap of the outcome batch: the shared contract; many at once, with
+/// two resource keys sharing one intent key (one begins, the other finds it in flight, never two
+/// fresh attempts); a stale token begins nothing; an outcome whose record another gateway
+/// replaced meanwhile is recorded on that record, not on the one this gateway wrote; and a store
+/// that lost its identity record begins nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn etcd_store_advances_and_begins_in_one_transaction() {
+    with_prefix(|prefix| async move {
+        let store = Arc::new(open_store(&config(&[etcd_url()], &prefix)).await);
+        support::intent_contract::advance_and_begin_agrees_with_separate_calls(
+            store.as_ref(),
+            store.as_ref(),
+            store.as_ref(),
+        )
+        .await;
+
+        // 40 writes on their own keys, and two resource keys sharing one intent key, at once.
+        let mut calls = Vec::new();
+        for i in 0..40u64 {
+            calls.push(store.advance_and_begin(
+                &format!("many-key:{i}"),
+                10 + i,
+                Compare::Strict,
+                begin_request(&format!("many:{i}"), 10 + i, 1),
+            ));
+        }
+        calls.push(store.advance_and_begin(
+            "shared-a",
+            5,
+            Compare::Strict,
+            begin_request("shared", 5, 1),
+        ));
+        calls.push(store.advance_and_begin(
+            "shared-b",
+            5,
+            Compare::Strict,
+            begin_request("shared", 5, 1),
+        ));
+        let answers = futures_util::future::join_all(calls).await;
+        for (i, answer) in answers.iter().take(40).enumerate() {
+            let answer = answer.as_ref().expect("advance and begin");
+            assert!(matches!(answer.advance, Advance::Accepted { .. }), "{i}");
+            assert_eq!(
+                answer.begun.as_ref().map(|b| b.as_ref().ok()),
+                Some(Some(&Begun::Fresh))
+            );
+        }
+        let shared: Vec<Begun> = answers
+            .into_iter()
+            .skip(40)
+            .map(|a| a.expect("shared").begun.expect("accepted").expect("begun"))
+            .collect();
+        assert_eq!(
+            shared.iter().filter(|b| **b == Begun::Fresh).count(),
+            1,
+            "one intent key, one fresh attempt: {shared:?}"
+        );
+        assert!(
+            shared.iter().any(|b| matches!(b, Begun::InFlight { .. })),
+            "{shared:?}"
+        );
+
+        // Their outcomes at once, twice for one key: each recorded once.
+        let mut outcomes = Vec::new();
+        for i in 0..40u64 {
+            outcomes.push(store.complete(&format!("many:{i}"), charged(201), 2));
+        }
+        outcomes.push(store.complete("many:0", charged(201), 2));
+        let recorded = futures_util::future::join_all(outcomes).await;
+        let recorded: Vec<bool> = recorded.into_iter().map(|r| r.expect("complete")).collect();
+        assert_eq!(recorded.iter().filter(|r| **r).count(), 40, "{recorded:?}");
+        for i in 0..40u64 {
+            let record = store
+                .get(&format!("many:{i}"))
+                .await
+                .expect("get")
+                .expect("kept");
+            assert_eq!(record.state, IntentState::Completed);
+            assert_eq!(record.outcome.map(|o| o.status), Some(201));
+        }
+
+        // Another gateway releases the intent and begins it again with another request: this
+        // gateway's outcome lands on that record (as a read-then-swap would), never by writing
+        // back the record it began.
+        let other = open_store(&config(&[etcd_url()], &prefix)).await;
+        let mine = store
+            .advance_and_begin(
+                "taken-key",
+                3,
+                Compare::Strict,
+                begin_request("taken", 3, 1),
+            )
+            .await
+            .expect("mine");
+        assert_eq!(mine.begun.expect("accepted").expect("begun"), Begun::Fresh);
+        assert!(other
+            .resolve("taken", Resolution::Release, 2)
+            .await
+            .expect("release"));
+        let theirs = BeginRequest {
+            fingerprint: "theirs".to_owned(),
+            ..begin_request("taken", 4, 3)
+        };
+        assert_eq!(other.begin(theirs).await.expect("theirs"), Begun::Fresh);
+        assert!(store
+            .complete("taken", charged(202), 4)
+            .await
+            .expect("complete"));
+        let record = store.get("taken").await.expect("get").expect("kept");
+        assert_eq!(
+            (record.fingerprint.as_str(), record.fence, record.state),
+            ("theirs", 4, IntentState::Completed)
+        );
+
+        // A stale token begins nothing.
+        let stale = store
+            .advance_and_begin("taken-key", 2, Compare::Strict, begin_request("late", 2, 5))
+            .await
+            .expect("stale");
+        assert_eq!(stale.advance, Advance::Stale { current: 3 });
+        assert!(stale.begun.is_none());
+        assert_eq!(store.get("late").await.expect("get"), None);
+
+        // A store that lost its identity record (wiped) is refused, and nothing is begun.
+        store.expect_identity("the-adopted-store");
+        let refused = store
+            .advance_and_begin(
+                "wiped-key",
+                5,
+                Compare::Monotonic,
+                begin_request("wiped", 5, 1),
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::Untrusted { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(store.get("wiped").await.expect("get"), None);
+        store.close().await.expect("close");
     })
     .await;
 }

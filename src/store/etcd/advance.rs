@@ -3,7 +3,7 @@
 //! token, and answers the mark it found. The whole batch runs only while the store identity
 //! record is the adopted one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tokio::sync::oneshot;
 
@@ -22,30 +22,73 @@ pub(super) struct AdvanceRequest {
     pub(super) key: String,
     pub(super) token: u64,
     pub(super) compare: CompareMode,
-    pub(super) reply: oneshot::Sender<Result<Advance, StoreError>>,
+    /// An intent to create in the same transaction when this advance raises the mark.
+    pub(super) begin: Option<BeginInBatch>,
+    pub(super) reply: oneshot::Sender<Result<Advanced, StoreError>>,
+}
+
+/// The fresh intent an advance-and-begin writes beside its advance ([`super::intents`]'s
+/// `begin_fresh`), and the key of its record, which a transaction may put only once.
+pub(super) struct BeginInBatch {
+    pub(super) intent_key: String,
+    pub(super) create: RequestOp,
+}
+
+/// The answer to one [`AdvanceRequest`].
+#[derive(Debug)]
+pub(super) struct Advanced {
+    pub(super) advance: Advance,
+    /// The request's fresh intent was written in the advance's transaction. `false` when it had
+    /// none, or it could not go there (another request of the batch on the same key or intent,
+    /// a record already under its key, a token equal to the mark): its begin is then a call of
+    /// its own.
+    pub(super) begun: bool,
+    /// The revision the batch's transaction wrote at: a record begun in it was last modified
+    /// there.
+    pub(super) revision: i64,
 }
 
 /// The nested transaction that raises `mark_key` to `token` unless its mark is already at
 /// least that: put (answering the previous value) when the key is absent or below, else read.
-pub(super) fn raise_mark(mark_key: &str, token: u64) -> RequestOp {
+/// `with_raise` runs beside the put, in the same branch, only when the mark is raised.
+pub(super) fn raise_mark(mark_key: &str, token: u64, with_raise: Option<&RequestOp>) -> RequestOp {
     let stored = encode_mark(token);
     let put = || {
-        RequestOp::Put(PutRequest {
+        let mut ops = vec![RequestOp::Put(PutRequest {
             key: mark_key.into(),
             value: stored.clone().into(),
             lease: 0,
             prev_kv: true,
-        })
+        })];
+        ops.extend(with_raise.cloned());
+        ops
     };
     RequestOp::Txn(TxnRequest {
         compare: vec![Compare::absent(mark_key)],
-        success: vec![put()],
+        success: put(),
         failure: vec![RequestOp::Txn(TxnRequest {
             compare: vec![Compare::value_below(mark_key, stored.clone())],
-            success: vec![put()],
+            success: put(),
             failure: vec![read(mark_key)],
         })],
     })
+}
+
+/// Whether the operation [`raise_mark`] ran beside the put (the answer's second one, in the
+/// branch that raised) is a transaction that succeeded.
+pub(super) fn ran_with_raise(answer: &ResponseOp) -> bool {
+    let ResponseOp::Txn(outer) = answer else {
+        return false;
+    };
+    let raised = if outer.succeeded {
+        outer
+    } else {
+        match outer.responses.first() {
+            Some(ResponseOp::Txn(inner)) if inner.succeeded => inner,
+            _ => return false,
+        }
+    };
+    matches!(raised.responses.get(1), Some(ResponseOp::Txn(t)) if t.succeeded)
 }
 
 /// A read of one key.
@@ -130,17 +173,29 @@ pub(super) async fn run_batch(
     expected: Option<&str>,
 ) {
     let mut largest: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut requests_of: BTreeMap<&str, usize> = BTreeMap::new();
     for request in &batch {
         let entry = largest.entry(request.key.as_str()).or_insert(request.token);
         *entry = (*entry).max(request.token);
+        *requests_of.entry(request.key.as_str()).or_default() += 1;
     }
+    // A fresh intent goes in the advance's transaction only for a key alone in the batch, and
+    // only the first time its intent key appears (etcd refuses a key put twice in one branch).
+    let mut intent_keys: BTreeSet<&str> = BTreeSet::new();
+    let begins: BTreeMap<&str, &RequestOp> = batch
+        .iter()
+        .filter(|r| requests_of.get(r.key.as_str()) == Some(&1))
+        .filter_map(|r| r.begin.as_ref().map(|b| (r.key.as_str(), b)))
+        .filter(|(_, b)| intent_keys.insert(b.intent_key.as_str()))
+        .map(|(key, b)| (key, &b.create))
+        .collect();
     let txn = TxnRequest {
         compare: expected
             .map(|id| vec![identity_holds(keys, id)])
             .unwrap_or_default(),
         success: largest
             .iter()
-            .map(|(key, token)| raise_mark(&keys.mark(key), *token))
+            .map(|(key, token)| raise_mark(&keys.mark(key), *token, begins.get(key).copied()))
             .collect(),
         failure: vec![read(&keys.store_id())],
     };
@@ -160,13 +215,18 @@ pub(super) async fn run_batch(
                 largest.len()
             )));
         }
-        Ok(largest
+        let revision = answer.header.revision;
+        let found = largest
             .iter()
             .zip(&answer.responses)
-            .map(|((key, token), op)| (key.to_string(), mark_found(op, *token)))
-            .collect::<BTreeMap<String, Result<Option<u64>, StoreError>>>())
+            .map(|((key, token), op)| {
+                let begun = begins.contains_key(key) && ran_with_raise(op);
+                (key.to_string(), mark_found(op, *token).map(|m| (m, begun)))
+            })
+            .collect::<BTreeMap<String, Result<(Option<u64>, bool), StoreError>>>();
+        Ok((found, revision))
     });
-    let mut found = match found {
+    let (mut found, revision) = match found {
         Ok(found) => found,
         Err(error) => {
             for request in batch {
@@ -178,12 +238,19 @@ pub(super) async fn run_batch(
     // Requests of one key, in the order they came: each sees the mark the ones before it left.
     for request in batch {
         let answer = match found.get_mut(&request.key) {
-            Some(Ok(mark)) => {
+            Some(Ok((mark, begun))) => {
                 let outcome = decide(*mark, request.token, request.compare);
                 if let Advance::Accepted { .. } = outcome {
                     *mark = Some(mark.map_or(request.token, |m| m.max(request.token)));
                 }
-                Ok(outcome)
+                // The intent was written only where the mark was raised, which this request's
+                // token alone did: its advance is accepted.
+                let begun = *begun && matches!(outcome, Advance::Accepted { .. });
+                Ok(Advanced {
+                    advance: outcome,
+                    begun,
+                    revision,
+                })
             }
             Some(Err(error)) => Err(error.again()),
             None => Err(unexpected("a request's key was not in its batch")),

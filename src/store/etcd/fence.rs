@@ -6,22 +6,27 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::advance::{run_batch, AdvanceRequest};
+use super::advance::{run_batch, AdvanceRequest, Advanced, BeginInBatch};
 use super::error::{unexpected, BACKEND};
 use super::identity::{cluster_of, identity};
 use super::keys::decode_mark;
+use super::outcomes::{run_outcomes, OutcomeRequest};
 use super::EtcdStore;
 use crate::config::Compare;
+use crate::etcd::wire::RequestOp;
 use crate::store::plumbing::batches::{run_batches, QUEUE};
 use crate::store::{Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 
 impl EtcdStore {
-    async fn advance_batched(
+    /// An advance, and `begin` in its transaction where it can go there, by the calling thread's
+    /// batcher.
+    pub(super) async fn advance_batched(
         &self,
         key: &str,
         token: u64,
         compare: Compare,
-    ) -> Result<Advance, StoreError> {
+        begin: Option<BeginInBatch>,
+    ) -> Result<Advanced, StoreError> {
         self.check_open()?;
         let batcher = self.batchers.queue(|| {
             let (batcher, requests) = mpsc::channel(QUEUE);
@@ -48,6 +53,41 @@ impl EtcdStore {
                 key: key.to_owned(),
                 token,
                 compare,
+                begin,
+                reply,
+            })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Swaps an intent's record by `swap` (see [`super::outcomes`]) in the calling thread's
+    /// outcome batch; `false` when the swap did not run.
+    pub(super) async fn outcome_batched(
+        &self,
+        intent_key: &str,
+        swap: RequestOp,
+    ) -> Result<bool, StoreError> {
+        self.check_open()?;
+        let batcher = self.outcome_batchers.queue(|| {
+            let (batcher, requests) = mpsc::channel(QUEUE);
+            let client = Arc::clone(&self.client);
+            tokio::spawn(run_batches(
+                requests,
+                self.max_batch,
+                super::BATCHES_IN_FLIGHT,
+                move |batch| {
+                    let client = Arc::clone(&client);
+                    async move { run_outcomes(&client, batch).await }
+                },
+            ));
+            batcher
+        })?;
+        let (reply, answer) = oneshot::channel();
+        batcher
+            .send(OutcomeRequest {
+                intent_key: intent_key.to_owned(),
+                swap,
                 reply,
             })
             .await
@@ -59,7 +99,10 @@ impl EtcdStore {
 impl FenceStore for EtcdStore {
     fn advance(&self, key: &str, token: u64, compare: Compare) -> StoreFuture<'_, Advance> {
         let key = key.to_owned();
-        Box::pin(async move { self.advance_batched(&key, token, compare).await })
+        Box::pin(async move {
+            let advanced = self.advance_batched(&key, token, compare, None).await?;
+            Ok(advanced.advance)
+        })
     }
 
     fn current(&self, key: &str) -> StoreFuture<'_, Option<u64>> {
@@ -91,6 +134,7 @@ impl FenceStore for EtcdStore {
             self.closed.store(true, Ordering::Release);
             // A batcher whose queue is dropped ends once it has answered what was queued.
             drop(self.batchers.close());
+            drop(self.outcome_batchers.close());
             Ok(())
         })
     }

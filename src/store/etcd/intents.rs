@@ -8,10 +8,11 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::advance::read;
+use super::advance::{read, BeginInBatch};
 use super::error::{unexpected, wrap};
 use super::keys::Keys;
 use super::EtcdStore;
+use crate::config::Compare as CompareMode;
 use crate::etcd::wire::{
     Compare, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp,
     TxnRequest, TxnResponse,
@@ -20,7 +21,7 @@ use crate::store::intents::{
     decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
     StoredOutcome,
 };
-use crate::store::{StoreError, StoreFuture};
+use crate::store::{Advance, AdvanceAndBegin, AdvancedAndBegun, StoreError, StoreFuture};
 
 /// Reads and compare-and-swaps of one change before it gives up: each lost race means another
 /// gateway changed the same intent in between, which the rules allow only a few times.
@@ -121,44 +122,12 @@ impl EtcdStore {
         new: Option<&IntentRecord>,
     ) -> Result<bool, StoreError> {
         self.check_open()?;
-        let record_key = self.keys.intent(key);
-        let before = seen
-            .map(|f| index_entries(&self.keys, &f.record))
-            .unwrap_or_default();
-        let after = new
-            .map(|r| index_entries(&self.keys, r))
-            .unwrap_or_default();
-        let mut success: Vec<RequestOp> = before
-            .difference(&after)
-            .map(|entry| delete(entry))
-            .collect();
-        success.extend(after.difference(&before).map(|entry| {
-            RequestOp::Put(PutRequest {
-                key: entry.as_str().into(),
-                value: Default::default(),
-                lease: 0,
-                prev_kv: false,
-            })
-        }));
-        success.push(match new {
-            Some(record) => {
-                let value = serde_json::to_vec(&StoredIntent::from(record))
-                    .map_err(|e| unexpected(format!("intent {key}: {e}")))?;
-                RequestOp::Put(PutRequest {
-                    key: record_key.as_str().into(),
-                    value: crate::etcd::wire::Bytes(value),
-                    lease: 0,
-                    prev_kv: false,
-                })
-            }
-            None => delete(&record_key),
-        });
         let txn = TxnRequest {
             compare: vec![Compare::modified_at(
-                record_key.as_str(),
+                self.keys.intent(key).as_str(),
                 seen.map_or(0, |f| f.revision),
             )],
-            success,
+            success: intent_writes(&self.keys, key, seen.map(|f| &f.record), new)?,
             failure: Vec::new(),
         };
         let answer: TxnResponse = self.client.call("/v3/kv/txn", &txn).await.map_err(wrap)?;
@@ -236,6 +205,60 @@ impl EtcdStore {
     }
 }
 
+/// The writes that replace `before` (or its absence) by `after` (or nothing) under `key`: the
+/// record, and its index entries moved to match.
+fn intent_writes(
+    keys: &Keys,
+    key: &str,
+    before: Option<&IntentRecord>,
+    after: Option<&IntentRecord>,
+) -> Result<Vec<RequestOp>, StoreError> {
+    let record_key = keys.intent(key);
+    let entries_before = before.map(|r| index_entries(keys, r)).unwrap_or_default();
+    let entries_after = after.map(|r| index_entries(keys, r)).unwrap_or_default();
+    let mut writes: Vec<RequestOp> = entries_before
+        .difference(&entries_after)
+        .map(|entry| delete(entry))
+        .collect();
+    writes.extend(entries_after.difference(&entries_before).map(|entry| {
+        RequestOp::Put(PutRequest {
+            key: entry.as_str().into(),
+            value: Default::default(),
+            lease: 0,
+            prev_kv: false,
+        })
+    }));
+    writes.push(match after {
+        Some(record) => {
+            let value = serde_json::to_vec(&StoredIntent::from(record))
+                .map_err(|e| unexpected(format!("intent {key}: {e}")))?;
+            RequestOp::Put(PutRequest {
+                key: record_key.as_str().into(),
+                value: crate::etcd::wire::Bytes(value),
+                lease: 0,
+                prev_kv: false,
+            })
+        }
+        None => delete(&record_key),
+    });
+    Ok(writes)
+}
+
+/// The nested transaction that creates the fresh record `begin` asks for, only where its key has
+/// no record at all: an advance-and-begin's second half. Anything else (a record under the key,
+/// live or expired) is left to a begin of its own, which reads it first.
+/// Answers the operation and the record it writes.
+fn begin_fresh(keys: &Keys, begin: &BeginRequest) -> Result<(RequestOp, IntentRecord), StoreError> {
+    let (_, record) = decide_begin(None, begin);
+    let record = record.ok_or_else(|| unexpected("a begin on no record wrote nothing"))?;
+    let create = RequestOp::Txn(TxnRequest {
+        compare: vec![Compare::absent(keys.intent(&begin.key).as_str())],
+        success: intent_writes(keys, &begin.key, None, Some(&record))?,
+        failure: Vec::new(),
+    });
+    Ok((create, record))
+}
+
 fn delete(key: &str) -> RequestOp {
     RequestOp::DeleteRange(DeleteRangeRequest {
         key: key.into(),
@@ -269,6 +292,20 @@ impl IntentStore for EtcdStore {
     fn complete(&self, key: &str, outcome: StoredOutcome, now_ms: u64) -> StoreFuture<'_, bool> {
         let key = key.to_owned();
         Box::pin(async move {
+            if let Some((record, revision)) = self.own_begins.take(&key) {
+                let after = completed(&record, outcome.clone(), now_ms);
+                let swap = RequestOp::Txn(TxnRequest {
+                    compare: vec![Compare::modified_at(
+                        self.keys.intent(&key).as_str(),
+                        revision,
+                    )],
+                    success: intent_writes(&self.keys, &key, Some(&record), Some(&after))?,
+                    failure: Vec::new(),
+                });
+                if self.outcome_batched(&key, swap).await? {
+                    return Ok(true);
+                }
+            }
             self.change_intent(&key, |existing| match existing {
                 Some(r) if r.state == IntentState::Submitting => {
                     (true, Some(Some(completed(r, outcome.clone(), now_ms))))
@@ -281,6 +318,7 @@ impl IntentStore for EtcdStore {
 
     fn abandon(&self, key: &str, attempt: &str, now_ms: u64) -> StoreFuture<'_, ()> {
         let (key, attempt) = (key.to_owned(), attempt.to_owned());
+        self.own_begins.forget(&key);
         Box::pin(async move {
             self.change_intent(&key, |existing| match existing {
                 Some(r)
@@ -334,6 +372,7 @@ impl IntentStore for EtcdStore {
 
     fn resolve(&self, key: &str, resolution: Resolution, now_ms: u64) -> StoreFuture<'_, bool> {
         let key = key.to_owned();
+        self.own_begins.forget(&key);
         Box::pin(async move {
             self.change_intent(&key, |existing| match (existing, &resolution) {
                 (Some(r), Resolution::Outcome(outcome)) if r.state == IntentState::Submitting => {
@@ -376,6 +415,47 @@ impl IntentStore for EtcdStore {
                 }
             }
             Ok(pruned)
+        })
+    }
+}
+
+impl AdvanceAndBegin for EtcdStore {
+    /// One transaction of the calling thread's advance batch: the advance and, when it raises the
+    /// mark and the intent's key has no record, the fresh record with its index entries. Any
+    /// other accepted advance begins with a call of its own, as if the two had not been joined.
+    fn advance_and_begin(
+        &self,
+        key: &str,
+        token: u64,
+        compare: CompareMode,
+        begin: BeginRequest,
+    ) -> StoreFuture<'_, AdvancedAndBegun> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            // A record that cannot be encoded fails its own begin below, not the advance.
+            let (in_batch, record) = match begin_fresh(&self.keys, &begin) {
+                Ok((create, record)) => (
+                    Some(BeginInBatch {
+                        intent_key: begin.key.clone(),
+                        create,
+                    }),
+                    Some(record),
+                ),
+                Err(_) => (None, None),
+            };
+            let advanced = self.advance_batched(&key, token, compare, in_batch).await?;
+            let begun = match (advanced.advance, record) {
+                (Advance::Stale { .. }, _) => None,
+                (Advance::Accepted { .. }, Some(record)) if advanced.begun => {
+                    self.own_begins.keep(record, advanced.revision);
+                    Some(Ok(Begun::Fresh))
+                }
+                (Advance::Accepted { .. }, _) => Some(self.begin(begin).await),
+            };
+            Ok(AdvancedAndBegun {
+                advance: advanced.advance,
+                begun,
+            })
         })
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! `advance.rs`: the batched compare-and-advance transaction; `fence.rs`: the `FenceStore` impl
 //! and the per-thread batchers; `identity.rs`: the store identity record; `intents.rs`: intent
-//! records by compare-and-swap on their revision; `turns.rs`: key turns under etcd leases.
+//! records by compare-and-swap on their revision; `outcomes.rs`: the batched outcomes of intents
+//! begun in an advance's transaction; `turns.rs`: key turns under etcd leases.
 
 mod advance;
 mod error;
@@ -12,6 +13,7 @@ mod fence;
 mod identity;
 mod intents;
 mod keys;
+mod outcomes;
 mod turns;
 
 use std::sync::atomic::AtomicBool;
@@ -28,6 +30,7 @@ use crate::store::StoreError;
 use advance::AdvanceRequest;
 use error::{wrap, BACKEND};
 use keys::Keys;
+use outcomes::{OutcomeRequest, OwnBegins};
 pub use turns::EtcdTurns;
 
 /// Checks the endpoints and TLS settings as opening the store would, without connecting
@@ -45,6 +48,8 @@ pub struct EtcdStore {
     client: Arc<EtcdClient>,
     keys: Keys,
     batchers: PerThread<mpsc::Sender<AdvanceRequest>>,
+    outcome_batchers: PerThread<mpsc::Sender<OutcomeRequest>>,
+    own_begins: OwnBegins,
     max_batch: usize,
     expected: Arc<ExpectedIdentity>,
     closed: AtomicBool,
@@ -87,6 +92,8 @@ impl EtcdStore {
             client: Arc::new(client),
             keys,
             batchers: PerThread::new(),
+            outcome_batchers: PerThread::new(),
+            own_begins: OwnBegins::default(),
             max_batch: config
                 .max_batch
                 .clamp(1, crate::config::DEFAULT_ETCD_MAX_BATCH),

@@ -130,7 +130,7 @@ impl EtcdTurns {
                     prev_kv: false,
                 }),
                 match take.advance {
-                    Some(token) => raise_mark(&mark_key, token),
+                    Some(token) => raise_mark(&mark_key, token, None),
                     None => read(&mark_key),
                 },
             ],

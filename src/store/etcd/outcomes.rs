@@ -1,0 +1,97 @@
+//! Outcomes of the intents this gateway began in an advance's transaction, recorded in batches:
+//! the record and revision that transaction wrote are kept here until the outcome comes, so the
+//! outcome is one compare-and-swap on that revision, joined with the calling thread's other
+//! outcomes in one transaction, instead of a read and a transaction of its own. A record changed
+//! since (another gateway took the intent over) fails its comparison and is recorded the usual
+//! way, by reading it first.
+
+use std::collections::BTreeSet;
+
+use dashmap::DashMap;
+use tokio::sync::oneshot;
+
+use super::error::{unexpected, wrap};
+use crate::etcd::client::EtcdClient;
+use crate::etcd::wire::{RequestOp, ResponseOp, TxnRequest, TxnResponse};
+use crate::store::intents::IntentRecord;
+use crate::store::StoreError;
+
+/// Records kept at most: each is removed when its outcome (or abandonment) comes, so this bounds
+/// only requests that never end; beyond it, an outcome reads its record first.
+const MAX_KEPT: usize = 64 * 1024;
+
+/// The intents this gateway began in an advance's transaction, by key: the record as written
+/// and the revision it was written at.
+#[derive(Default)]
+pub(super) struct OwnBegins {
+    records: DashMap<String, (IntentRecord, i64)>,
+}
+
+impl OwnBegins {
+    pub(super) fn keep(&self, record: IntentRecord, revision: i64) {
+        if self.records.len() < MAX_KEPT {
+            self.records.insert(record.key.clone(), (record, revision));
+        }
+    }
+
+    /// The record kept for `key`, removed: an intent's record is swapped at most once this way.
+    pub(super) fn take(&self, key: &str) -> Option<(IntentRecord, i64)> {
+        self.records.remove(key).map(|(_, kept)| kept)
+    }
+
+    pub(super) fn forget(&self, key: &str) {
+        self.records.remove(key);
+    }
+}
+
+/// One outcome to record: a nested transaction that swaps the record only at the revision kept.
+pub(super) struct OutcomeRequest {
+    pub(super) intent_key: String,
+    pub(super) swap: RequestOp,
+    /// Whether the swap ran (`false`: the record changed since, or another outcome of the same
+    /// key was in the batch; the caller records it the usual way).
+    pub(super) reply: oneshot::Sender<Result<bool, StoreError>>,
+}
+
+/// Runs one batch of outcomes as one transaction; a key that appears twice goes in once, the
+/// others are answered `false`.
+pub(super) async fn run_outcomes(client: &EtcdClient, batch: Vec<OutcomeRequest>) {
+    let mut seen = BTreeSet::new();
+    let (joined, repeated): (Vec<OutcomeRequest>, Vec<OutcomeRequest>) = batch
+        .into_iter()
+        .partition(|request| seen.insert(request.intent_key.clone()));
+    for request in repeated {
+        let _ = request.reply.send(Ok(false));
+    }
+    let txn = TxnRequest {
+        compare: Vec::new(),
+        success: joined.iter().map(|r| r.swap.clone()).collect(),
+        failure: Vec::new(),
+    };
+    let answer: Result<TxnResponse, StoreError> =
+        client.call("/v3/kv/txn", &txn).await.map_err(wrap);
+    let answer = answer.and_then(|answer| {
+        if answer.responses.len() == joined.len() {
+            Ok(answer.responses)
+        } else {
+            Err(unexpected(format!(
+                "{} answers for {} outcomes",
+                answer.responses.len(),
+                joined.len()
+            )))
+        }
+    });
+    match answer {
+        Ok(responses) => {
+            for (request, response) in joined.into_iter().zip(responses) {
+                let swapped = matches!(response, ResponseOp::Txn(t) if t.succeeded);
+                let _ = request.reply.send(Ok(swapped));
+            }
+        }
+        Err(error) => {
+            for request in joined {
+                let _ = request.reply.send(Err(error.again()));
+            }
+        }
+    }
+}

@@ -128,9 +128,6 @@ pub(crate) struct KeyValue {
     pub(crate) mod_revision: i64,
     #[serde(default)]
     pub(crate) value: Bytes,
-    /// The lease the key is attached to (0: none).
-    #[serde(default, with = "int64")]
-    pub(crate) lease: i64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -331,12 +328,6 @@ pub(crate) struct LeaseGrantResponse {
     pub(crate) ttl: i64,
     #[serde(default)]
     pub(crate) error: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct LeaseRevokeRequest {
-    #[serde(rename = "ID", with = "int64")]
-    pub(crate) id: i64,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -5,7 +5,8 @@
 //! `advance.rs`: the batched compare-and-advance transaction; `fence.rs`: the `FenceStore` impl
 //! and the per-thread batchers; `identity.rs`: the store identity record; `intents.rs`: intent
 //! records by compare-and-swap on their revision; `outcomes.rs`: the batched outcomes of intents
-//! begun in an advance's transaction; `turns.rs`: key turns under etcd leases.
+//! begun in an advance's transaction; `turns.rs`: key turns under etcd leases, which `leases.rs`
+//! shares between the turns of about a second.
 
 mod advance;
 mod error;
@@ -13,6 +14,7 @@ mod fence;
 mod identity;
 mod intents;
 mod keys;
+mod leases;
 mod outcomes;
 mod turns;
 

@@ -1,7 +1,9 @@
 //! Key turns on etcd: a key `{prefix}turn/{key}` holding `"{holder} {turn}"`, attached to an etcd
-//! lease of its own, so that the cluster deletes it when the lease ends (the leader's clock). A
-//! take reads the turn, grants a lease, and writes the turn — with the key's mark advanced in the
-//! same transaction when asked — only if the turn is still as read and the store identity holds.
+//! lease (shared with the other turns of its length taken within about a second, `leases.rs`), so
+//! that the cluster deletes it when the lease ends (the leader's clock). A take writes the turn —
+//! with the key's mark advanced in the same transaction when asked — only if the turn is still as
+//! last seen (first: absent, so a free key takes one transaction) and the store identity holds; a
+//! release deletes it only if it is still this turn.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,10 +11,11 @@ use std::time::Duration;
 use super::advance::{identity_holds, identity_refusal, mark_found, raise_mark, read};
 use super::error::{unexpected, wrap};
 use super::keys::{decode_mark, Keys};
+use super::leases::SharedLeases;
 use crate::etcd::client::EtcdClient;
 use crate::etcd::wire::{
-    Compare, Empty, KeyValue, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest,
-    PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp, TxnRequest, TxnResponse,
+    Compare, KeyValue, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp, TxnRequest,
+    TxnResponse,
 };
 use crate::store::guard::expected::ExpectedIdentity;
 use crate::store::turns::{Renewal, TakeTurn, TurnStore};
@@ -27,13 +30,15 @@ pub struct EtcdTurns {
     keys: Keys,
     holder: String,
     expected: Arc<ExpectedIdentity>,
+    leases: SharedLeases,
 }
 
-/// Whole seconds of a lease, rounded up: etcd's leases count seconds, and a turn must not lapse
-/// before the time it was taken for.
-fn lease_seconds(lease: Duration) -> i64 {
-    let seconds = lease.as_secs() + u64::from(lease.subsec_nanos() > 0);
-    i64::try_from(seconds.max(1)).unwrap_or(i64::MAX)
+/// What one attempt at a take found.
+enum Attempt {
+    /// The turn is ours; the key's mark as found (advanced, when asked).
+    Taken(Option<u64>),
+    /// The turn was not as last seen: here it is now.
+    Changed(Option<KeyValue>),
 }
 
 impl EtcdTurns {
@@ -44,6 +49,7 @@ impl EtcdTurns {
         expected: Arc<ExpectedIdentity>,
     ) -> EtcdTurns {
         EtcdTurns {
+            leases: SharedLeases::new(Arc::clone(&client)),
             client,
             keys,
             holder: holder.to_owned(),
@@ -68,49 +74,14 @@ impl EtcdTurns {
         Ok(answer.kvs.into_iter().next())
     }
 
-    /// A new lease of at least `lease` (etcd may grant more: its leases last at least about
-    /// one and a half election timeouts).
-    async fn grant(&self, lease: Duration) -> Result<i64, StoreError> {
-        let ttl = lease_seconds(lease);
-        let answer: LeaseGrantResponse = self
-            .client
-            .call("/v3/lease/grant", &LeaseGrantRequest { ttl })
-            .await
-            .map_err(wrap)?;
-        if !answer.error.is_empty() || answer.id == 0 || answer.ttl < ttl {
-            self.revoke_later(answer.id);
-            return Err(unexpected(format!(
-                "lease grant of {ttl}s answered lease {} of {}s {}",
-                answer.id, answer.ttl, answer.error
-            )));
-        }
-        Ok(answer.id)
-    }
-
-    /// Ends a lease no turn needs any more, in the background; one the cluster does not get
-    /// lapses at its own end.
-    fn revoke_later(&self, lease: i64) {
-        if lease == 0 {
-            return;
-        }
-        let client = Arc::clone(&self.client);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _: Result<Empty, _> = client
-                    .call("/v3/lease/revoke", &LeaseRevokeRequest { id: lease })
-                    .await;
-            });
-        }
-    }
-
-    /// One attempt at a take; `Ok(None)` when the turn changed since it was read.
+    /// One attempt at a take, on the turn as last `seen` (`None`: absent).
     async fn try_take(
         &self,
         take: &TakeTurn,
         seen: Option<&KeyValue>,
         expected: Option<&str>,
-    ) -> Result<Option<Option<u64>>, StoreError> {
-        let lease = self.grant(take.lease).await?;
+    ) -> Result<Attempt, StoreError> {
+        let lease = self.leases.for_turn(take.lease).await?;
         let turn_key = self.keys.turn(&take.key);
         let mark_key = self.keys.mark(&take.key);
         let mut compare = vec![Compare::modified_at(
@@ -134,18 +105,12 @@ impl EtcdTurns {
                     None => read(&mark_key),
                 },
             ],
-            failure: vec![read(&self.keys.store_id())],
+            // The identity record first (its refusal reads the first range), then the turn.
+            failure: vec![read(&self.keys.store_id()), read(&turn_key)],
         };
-        let answer: Result<TxnResponse, _> = self.client.call("/v3/kv/txn", &txn).await;
-        let answer = match answer {
-            Ok(answer) => answer,
-            Err(e) => {
-                // Whether the turn was written is unknown: its lease is left to lapse.
-                return Err(wrap(e));
-            }
-        };
+        // An error leaves unknown whether the turn was written: its lease lapses on its own.
+        let answer: TxnResponse = self.client.call("/v3/kv/txn", &txn).await.map_err(wrap)?;
         if !answer.succeeded {
-            self.revoke_later(lease);
             if let Some(id) = expected {
                 let refusal = identity_refusal(&answer, id);
                 let holds = answer.responses.iter().any(|op| {
@@ -157,11 +122,11 @@ impl EtcdTurns {
                     return Err(refusal);
                 }
             }
-            return Ok(None);
-        }
-        // The turn is ours under the new lease; the lease of an earlier turn of ours is not needed.
-        if let Some(kv) = seen {
-            self.revoke_later(kv.lease);
+            let now = match answer.responses.get(1) {
+                Some(ResponseOp::Range(range)) => range.kvs.first().cloned(),
+                other => return Err(unexpected(format!("a take's turn read answered {other:?}"))),
+            };
+            return Ok(Attempt::Changed(now));
         }
         let mark = match (take.advance, answer.responses.get(1)) {
             (Some(token), Some(op)) => mark_found(op, token)?,
@@ -171,7 +136,7 @@ impl EtcdTurns {
             },
             (_, other) => return Err(unexpected(format!("a take's mark answered {other:?}"))),
         };
-        Ok(Some(mark))
+        Ok(Attempt::Taken(mark))
     }
 }
 
@@ -179,8 +144,9 @@ impl TurnStore for EtcdTurns {
     fn take(&self, take: TakeTurn) -> StoreFuture<'_, Option<Option<u64>>> {
         Box::pin(async move {
             let expected = self.expected.get();
+            // A free key is the common case: the first attempt takes it without reading it.
+            let mut seen: Option<KeyValue> = None;
             for _ in 0..MAX_ATTEMPTS {
-                let seen = self.read_turn(&take.key).await?;
                 if let Some(kv) = &seen {
                     let value = kv.value.text().unwrap_or_default();
                     let ours = value
@@ -195,11 +161,12 @@ impl TurnStore for EtcdTurns {
                         ));
                     }
                 }
-                if let Some(taken) = self
+                match self
                     .try_take(&take, seen.as_ref(), expected.as_deref())
                     .await?
                 {
-                    return Ok(Some(taken));
+                    Attempt::Taken(mark) => return Ok(Some(mark)),
+                    Attempt::Changed(now) => seen = now,
                 }
             }
             Err(unexpected(format!(
@@ -219,28 +186,18 @@ impl TurnStore for EtcdTurns {
             return;
         };
         runtime.spawn(async move {
-            // Deleted only if it is still this turn; its lease is ended with it.
+            // Deleted only if it is still this turn; its shared lease lapses on its own.
             let txn = TxnRequest {
                 compare: vec![Compare::value_is(turn_key.as_str(), me)],
-                success: vec![
-                    read(&turn_key),
-                    RequestOp::DeleteRange(crate::etcd::wire::DeleteRangeRequest {
+                success: vec![RequestOp::DeleteRange(
+                    crate::etcd::wire::DeleteRangeRequest {
                         key: turn_key.as_str().into(),
                         range_end: Default::default(),
-                    }),
-                ],
+                    },
+                )],
                 failure: Vec::new(),
             };
-            let answer: Result<TxnResponse, _> = client.call("/v3/kv/txn", &txn).await;
-            let lease = answer.ok().and_then(|a| match a.responses.first() {
-                Some(ResponseOp::Range(r)) => r.kvs.first().map(|kv| kv.lease),
-                _ => None,
-            });
-            if let Some(lease) = lease.filter(|l| *l != 0) {
-                let _: Result<Empty, _> = client
-                    .call("/v3/lease/revoke", &LeaseRevokeRequest { id: lease })
-                    .await;
-            }
+            let _: Result<TxnResponse, _> = client.call("/v3/kv/txn", &txn).await;
         });
     }
 
@@ -269,7 +226,7 @@ impl EtcdTurns {
         if seen.value.text() != Some(self.me(renewal.turn).as_str()) {
             return Ok(false);
         }
-        let lease = self.grant(renewal.lease).await?;
+        let lease = self.leases.for_turn(renewal.lease).await?;
         let turn_key = self.keys.turn(&renewal.key);
         let txn = TxnRequest {
             compare: vec![Compare::modified_at(turn_key.as_str(), seen.mod_revision)],
@@ -282,24 +239,6 @@ impl EtcdTurns {
             failure: Vec::new(),
         };
         let answer: TxnResponse = self.client.call("/v3/kv/txn", &txn).await.map_err(wrap)?;
-        if answer.succeeded {
-            self.revoke_later(seen.lease);
-        } else {
-            self.revoke_later(lease);
-        }
         Ok(answer.succeeded)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn leases_are_whole_seconds_rounded_up() {
-        assert_eq!(lease_seconds(Duration::from_millis(1)), 1);
-        assert_eq!(lease_seconds(Duration::from_millis(1_000)), 1);
-        assert_eq!(lease_seconds(Duration::from_millis(1_001)), 2);
-        assert_eq!(lease_seconds(Duration::ZERO), 1);
     }
 }

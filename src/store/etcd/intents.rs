@@ -121,6 +121,16 @@ impl EtcdStore {
         seen: Option<&Found>,
         new: Option<&IntentRecord>,
     ) -> Result<bool, StoreError> {
+        Ok(self.swap_intent_at(key, seen, new).await?.is_some())
+    }
+
+    /// [`Self::swap_intent`], answering the revision it wrote at (`None`: it did not run).
+    async fn swap_intent_at(
+        &self,
+        key: &str,
+        seen: Option<&Found>,
+        new: Option<&IntentRecord>,
+    ) -> Result<Option<i64>, StoreError> {
         self.check_open()?;
         let txn = TxnRequest {
             compare: vec![Compare::modified_at(
@@ -131,7 +141,7 @@ impl EtcdStore {
             failure: Vec::new(),
         };
         let answer: TxnResponse = self.client.call("/v3/kv/txn", &txn).await.map_err(wrap)?;
-        Ok(answer.succeeded)
+        Ok(answer.succeeded.then_some(answer.header.revision))
     }
 
     /// Reads the record, lets `change` decide (an answer, and the record to store or `None`
@@ -281,6 +291,15 @@ impl IntentStore for EtcdStore {
     fn begin(&self, request: BeginRequest) -> StoreFuture<'_, Begun> {
         Box::pin(async move {
             let key = request.key.clone();
+            // Most keys are new: the fresh record goes first where the key has none, without a
+            // read, and is kept for its outcome's compare-and-swap; anything else reads first.
+            let (verdict, fresh) = decide_begin(None, &request);
+            if let Some(fresh) = fresh {
+                if let Some(revision) = self.swap_intent_at(&key, None, Some(&fresh)).await? {
+                    self.own_begins.keep(fresh, revision);
+                    return Ok(verdict);
+                }
+            }
             self.change_intent(&key, |existing| {
                 let (verdict, record) = decide_begin(existing, &request);
                 (verdict, record.map(Some))

@@ -1,5 +1,6 @@
-//! Outcomes of the intents this gateway began in an advance's transaction, recorded in batches:
-//! the record and revision that transaction wrote are kept here until the outcome comes, so the
+//! Outcomes of the intents this gateway began fresh (in an advance's transaction, or by a begin
+//! that found the key empty), recorded in batches: the record and the revision its transaction
+//! wrote at are kept here until the outcome comes, so the
 //! outcome is one compare-and-swap on that revision, joined with the calling thread's other
 //! outcomes in one transaction, instead of a read and a transaction of its own. A record changed
 //! since (another gateway took the intent over) fails its comparison and is recorded the usual
@@ -20,8 +21,8 @@ use crate::store::StoreError;
 /// only requests that never end; beyond it, an outcome reads its record first.
 const MAX_KEPT: usize = 64 * 1024;
 
-/// The intents this gateway began in an advance's transaction, by key: the record as written
-/// and the revision it was written at.
+/// The intents this gateway began fresh, by key: the record as written and the revision it was
+/// written at.
 #[derive(Default)]
 pub(super) struct OwnBegins {
     records: DashMap<String, (IntentRecord, i64)>,

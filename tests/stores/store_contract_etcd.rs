@@ -14,7 +14,7 @@ use fencegate::config::{
 };
 use fencegate::store::{
     decide, decide_begin, Advance, AdvanceAndBegin, BeginRequest, Begun, EtcdStore, FenceStore,
-    IntentState, IntentStore, Resolution, StoreError, StoredOutcome,
+    IntentState, IntentStore, Resolution, StoreError, StoredOutcome, TakeTurn, TurnStore,
 };
 
 use crate::support;
@@ -371,6 +371,56 @@ async fn etcd_store_advances_and_begins_in_one_transaction() {
             "{refused:?}"
         );
         assert_eq!(store.get("wiped").await.expect("get"), None);
+        store.close().await.expect("close");
+    })
+    .await;
+}
+
+fn turn(key: &str, turn: u64) -> TakeTurn {
+    TakeTurn {
+        key: key.to_owned(),
+        turn,
+        lease: std::time::Duration::from_secs(30),
+        advance: None,
+    }
+}
+
+/// Turns released together go in one batch of conditional deletes: 50 keys released at once are
+/// all free for another holder at once (well before their 30 s leases), and a key released twice
+/// in a row (an earlier turn of ours replaced by the next, then both given back) is freed too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn turns_released_together_are_all_given_back() {
+    with_prefix(|prefix| async move {
+        let store = open_store(&config(&[etcd_url()], &prefix)).await;
+        let (mine, theirs) = (store.turns("holder-a"), store.turns("holder-b"));
+        let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
+        for key in &keys {
+            assert_eq!(mine.take(turn(key, 1)).await.expect("take"), Some(None));
+        }
+        // The same key taken again by its holder: the earlier turn is replaced.
+        assert_eq!(mine.take(turn("k0", 2)).await.expect("retake"), Some(None));
+        assert_eq!(theirs.take(turn("k0", 1)).await.expect("held"), None);
+        for key in &keys {
+            mine.release(key.clone(), 1, std::time::Duration::from_secs(30));
+        }
+        mine.release("k0".to_owned(), 2, std::time::Duration::from_secs(30));
+        let started = std::time::Instant::now();
+        let mut free = Vec::new();
+        for key in &keys {
+            loop {
+                if theirs.take(turn(key, 1)).await.expect("take").is_some() {
+                    free.push(key.clone());
+                    break;
+                }
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(5),
+                    "{key} was not released; free so far: {free:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        assert_eq!(free.len(), keys.len());
+        TurnStore::close(&mine).await.expect("close");
         store.close().await.expect("close");
     })
     .await;

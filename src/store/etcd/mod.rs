@@ -5,8 +5,8 @@
 //! `advance.rs`: the batched compare-and-advance transaction; `fence.rs`: the `FenceStore` impl
 //! and the per-thread batchers; `identity.rs`: the store identity record; `intents.rs`: intent
 //! records by compare-and-swap on their revision; `outcomes.rs`: the batched outcomes of intents
-//! begun in an advance's transaction; `turns.rs`: key turns under etcd leases, which `leases.rs`
-//! shares between the turns of about a second.
+//! begun fresh; `turns.rs`: key turns under etcd leases, which `leases.rs` shares between the
+//! turns of about a second, given back in batches by `releases.rs`.
 
 mod advance;
 mod error;
@@ -16,6 +16,7 @@ mod intents;
 mod keys;
 mod leases;
 mod outcomes;
+mod releases;
 mod turns;
 
 use std::sync::atomic::AtomicBool;
@@ -111,6 +112,7 @@ impl EtcdStore {
             self.keys.clone(),
             holder,
             Arc::clone(&self.expected),
+            self.max_batch,
         )
     }
 

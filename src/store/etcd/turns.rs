@@ -3,21 +3,27 @@
 //! that the cluster deletes it when the lease ends (the leader's clock). A take writes the turn —
 //! with the key's mark advanced in the same transaction when asked — only if the turn is still as
 //! last seen (first: absent, so a free key takes one transaction) and the store identity holds; a
-//! release deletes it only if it is still this turn.
+//! release deletes it only if it is still this turn, in the serving thread's batch of releases
+//! (`releases.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::mpsc;
 
 use super::advance::{identity_holds, identity_refusal, mark_found, raise_mark, read};
 use super::error::{unexpected, wrap};
 use super::keys::{decode_mark, Keys};
 use super::leases::SharedLeases;
+use super::releases::{run_releases, Release};
 use crate::etcd::client::EtcdClient;
 use crate::etcd::wire::{
     Compare, KeyValue, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp, TxnRequest,
     TxnResponse,
 };
 use crate::store::guard::expected::ExpectedIdentity;
+use crate::store::plumbing::batches::{run_batches, QUEUE};
+use crate::store::plumbing::per_thread::PerThread;
 use crate::store::turns::{Renewal, TakeTurn, TurnStore};
 use crate::store::{StoreError, StoreFuture};
 
@@ -31,6 +37,8 @@ pub struct EtcdTurns {
     holder: String,
     expected: Arc<ExpectedIdentity>,
     leases: SharedLeases,
+    releases: PerThread<mpsc::Sender<Release>>,
+    max_batch: usize,
 }
 
 /// What one attempt at a take found.
@@ -47,6 +55,7 @@ impl EtcdTurns {
         keys: Keys,
         holder: &str,
         expected: Arc<ExpectedIdentity>,
+        max_batch: usize,
     ) -> EtcdTurns {
         EtcdTurns {
             leases: SharedLeases::new(Arc::clone(&client)),
@@ -54,6 +63,8 @@ impl EtcdTurns {
             keys,
             holder: holder.to_owned(),
             expected,
+            releases: PerThread::new(),
+            max_batch,
         }
     }
 
@@ -177,28 +188,36 @@ impl TurnStore for EtcdTurns {
     }
 
     fn release(&self, key: String, turn: u64, _lease: Duration) {
-        let (client, turn_key, me) = (
-            Arc::clone(&self.client),
-            self.keys.turn(&key),
-            self.me(turn),
-        );
+        let release = Release {
+            turn_key: self.keys.turn(&key),
+            holding: self.me(turn),
+        };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        runtime.spawn(async move {
-            // Deleted only if it is still this turn; its shared lease lapses on its own.
-            let txn = TxnRequest {
-                compare: vec![Compare::value_is(turn_key.as_str(), me)],
-                success: vec![RequestOp::DeleteRange(
-                    crate::etcd::wire::DeleteRangeRequest {
-                        key: turn_key.as_str().into(),
-                        range_end: Default::default(),
-                    },
-                )],
-                failure: Vec::new(),
-            };
-            let _: Result<TxnResponse, _> = client.call("/v3/kv/txn", &txn).await;
+        let queue = self.releases.queue(|| {
+            let (queue, releases) = mpsc::channel(QUEUE);
+            let client = Arc::clone(&self.client);
+            runtime.spawn(run_batches(
+                releases,
+                self.max_batch,
+                super::BATCHES_IN_FLIGHT,
+                move |batch| {
+                    let client = Arc::clone(&client);
+                    async move { run_releases(&client, batch).await }
+                },
+            ));
+            queue
         });
+        // Closed or full: written on its own, as it comes.
+        let unqueued = match queue {
+            Ok(queue) => queue.try_send(release).err().map(|e| e.into_inner()),
+            Err(_) => Some(release),
+        };
+        if let Some(release) = unqueued {
+            let client = Arc::clone(&self.client);
+            runtime.spawn(async move { run_releases(&client, vec![release]).await });
+        }
     }
 
     fn renew(&self, renewals: Vec<Renewal>) -> StoreFuture<'_, Vec<bool>> {
@@ -212,7 +231,9 @@ impl TurnStore for EtcdTurns {
     }
 
     fn close(&self) -> StoreFuture<'_, ()> {
-        // Releases are written as they come.
+        // A release batcher whose queue is dropped writes what was queued, then ends; later
+        // releases are written one by one.
+        drop(self.releases.close());
         Box::pin(async { Ok(()) })
     }
 }

@@ -11,6 +11,65 @@ pub const PROBLEM_TYPE_BASE: &str = "https://fencegate.dev/problems/";
 /// Room for a document's member names, numbers and punctuation, beyond its strings.
 const PROBLEM_BODY_BASE: usize = 160;
 
+/// Appends `text` as a JSON string, escaped as `serde_json` escapes it: `"` and `\`, the
+/// control characters below 0x20 (`\b \t \n \f \r` by name, the rest as `\u00XX`), nothing
+/// else. Runs of bytes that need no escape are copied whole.
+fn push_json_string(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = text.as_bytes();
+    // Most strings need no escape: told by a scan without early exit, which the compiler turns
+    // into wide compares, then copied whole.
+    let needs_escape = bytes.iter().fold(false, |found, &b| {
+        found | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if !needs_escape {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
+    let mut start = 0;
+    for (i, &byte) in bytes.iter().enumerate() {
+        let named: &[u8] = match byte {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            b'\t' => b"\\t",
+            b'\n' => b"\\n",
+            0x0c => b"\\f",
+            b'\r' => b"\\r",
+            0x00..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        if named.is_empty() {
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[usize::from(byte >> 4)]);
+            out.push(HEX[usize::from(byte & 0x0f)]);
+        } else {
+            out.extend_from_slice(named);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// Appends a number in decimal.
+fn push_number(out: &mut Vec<u8>, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 /// A problem document. Optional members appear only when they help the client.
 #[derive(Debug, Serialize)]
 pub struct Problem {
@@ -55,14 +114,39 @@ impl Problem {
             + self.key.as_ref().map_or(0, String::len)
     }
 
-    /// The document as JSON.
+    /// The document as JSON: the same bytes `serde_json` writes for it (a test holds the two
+    /// together), written by hand because serde_json's string escaping, a byte at a time, was
+    /// the largest single cost of a stale refusal (callgrind: 5.8 % of its instructions).
     pub fn to_json(&self) -> Vec<u8> {
-        // Sized for the whole document up front: growing the buffer as serde_json writes cost
-        // a fifth of a refusal's instructions (callgrind, stale-token refusals).
         let mut body = Vec::with_capacity(PROBLEM_BODY_BASE + self.text_len());
-        if serde_json::to_writer(&mut body, self).is_err() {
-            body = b"{}".to_vec();
+        body.extend_from_slice(b"{\"type\":");
+        push_json_string(&mut body, &self.problem_type);
+        body.extend_from_slice(b",\"title\":");
+        push_json_string(&mut body, self.title);
+        body.extend_from_slice(b",\"status\":");
+        push_number(&mut body, u64::from(self.status));
+        body.extend_from_slice(b",\"detail\":");
+        push_json_string(&mut body, &self.detail);
+        if let Some(route) = &self.route {
+            body.extend_from_slice(b",\"route\":");
+            push_json_string(&mut body, route);
         }
+        if let Some(key) = &self.key {
+            body.extend_from_slice(b",\"key\":");
+            push_json_string(&mut body, key);
+        }
+        let numbers = [
+            (&b",\"fence\":"[..], self.fence),
+            (&b",\"current_fence\":"[..], self.current_fence),
+            (&b",\"max_advance\":"[..], self.max_advance),
+        ];
+        for (name, value) in numbers {
+            if let Some(value) = value {
+                body.extend_from_slice(name);
+                push_number(&mut body, value);
+            }
+        }
+        body.push(b'}');
         body
     }
 
@@ -76,5 +160,58 @@ impl Problem {
             HeaderValue::from_static("application/problem+json"),
         );
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(text: &str, optional: bool) -> Problem {
+        let mut problem = Problem::new(
+            StatusCode::CONFLICT,
+            "stale-fence",
+            "Stale fencing token",
+            format!("detail {text}"),
+        );
+        if optional {
+            problem.route = Some(format!("route {text}"));
+            problem.key = Some(text.to_owned());
+            problem.fence = Some(0);
+            problem.current_fence = Some(u64::MAX);
+            problem.max_advance = Some(1_000_000);
+        }
+        problem
+    }
+
+    /// The hand-written document is byte for byte what serde_json writes, for every ASCII
+    /// character (controls, quote, backslash, DEL), multi-byte UTF-8, and with and without the
+    /// optional members.
+    #[test]
+    fn the_document_is_what_serde_json_writes() {
+        let mut texts: Vec<String> = (0u8..=0x7f)
+            .map(|b| format!("a{}b", char::from(b)))
+            .collect();
+        texts.extend(
+            [
+                "",
+                "invoice:42",
+                "\"quoted\" and \\back\\slashed",
+                "tab\tnew\nline\r\u{8}\u{c}\u{0}\u{1f}",
+                "é ü 中文 🦀 \u{2028}\u{2029}",
+            ]
+            .map(str::to_owned),
+        );
+        for text in &texts {
+            for optional in [false, true] {
+                let problem = sample(text, optional);
+                let expected = serde_json::to_vec(&problem).expect("serde_json");
+                assert_eq!(
+                    String::from_utf8_lossy(&problem.to_json()),
+                    String::from_utf8_lossy(&expected),
+                    "{text:?}"
+                );
+            }
+        }
     }
 }

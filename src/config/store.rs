@@ -35,8 +35,10 @@ pub const DEFAULT_REDIS_KEY_PREFIX: &str = "fencegate:";
 pub const DEFAULT_ETCD_KEY_PREFIX: &str = "fencegate/";
 /// Most advances in one etcd transaction. etcd refuses a transaction with more operations than
 /// its `--max-txn-ops` (128 by default) at any level, and a nested transaction may use only what
-/// the levels above it left: each advance is one operation, and its two nested levels need one
-/// each of what remains, so 126 is the most; 120 leaves a margin.
+/// the levels above it left: each advance is one operation, its two nested levels of raise need
+/// two each of what remains (the put and the fresh intent beside it), and that intent's begin
+/// three (the record and two index entries): 128 - 4 - 3 = 121 is the most, and 120 leaves one
+/// (`the_largest_advance_batch_fits_etcds_default_operation_limit` in `store/etcd/intents.rs`).
 pub const DEFAULT_ETCD_MAX_BATCH: usize = 120;
 /// How long one request to etcd may take before the gateway gives up on that endpoint.
 pub const DEFAULT_ETCD_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);

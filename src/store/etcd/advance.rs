@@ -164,6 +164,26 @@ pub(super) fn identity_refusal(answer: &TxnResponse, expected: &str) -> StoreErr
     }
 }
 
+/// A batch's transaction: under the identity comparison, one [`raise_mark`] per key with its
+/// largest token, and beside each raise the fresh intent `begins` holds for that key.
+pub(super) fn batch_txn(
+    keys: &Keys,
+    largest: &BTreeMap<&str, u64>,
+    begins: &BTreeMap<&str, &RequestOp>,
+    expected: Option<&str>,
+) -> TxnRequest {
+    TxnRequest {
+        compare: expected
+            .map(|id| vec![identity_holds(keys, id)])
+            .unwrap_or_default(),
+        success: largest
+            .iter()
+            .map(|(key, token)| raise_mark(&keys.mark(key), *token, begins.get(key).copied()))
+            .collect(),
+        failure: vec![read(&keys.store_id())],
+    }
+}
+
 /// Runs one batch: one transaction, one nested transaction per key (with its largest token),
 /// and answers every request of the batch in order, as if each had run alone in turn.
 pub(super) async fn run_batch(
@@ -189,16 +209,7 @@ pub(super) async fn run_batch(
         .filter(|(_, b)| intent_keys.insert(b.intent_key.as_str()))
         .map(|(key, b)| (key, &b.create))
         .collect();
-    let txn = TxnRequest {
-        compare: expected
-            .map(|id| vec![identity_holds(keys, id)])
-            .unwrap_or_default(),
-        success: largest
-            .iter()
-            .map(|(key, token)| raise_mark(&keys.mark(key), *token, begins.get(key).copied()))
-            .collect(),
-        failure: vec![read(&keys.store_id())],
-    };
+    let txn = batch_txn(keys, &largest, &begins, expected);
     let answer: Result<TxnResponse, StoreError> =
         client.call("/v3/kv/txn", &txn).await.map_err(wrap);
     let found = answer.and_then(|answer| {

@@ -407,6 +407,8 @@ impl IntentStore for EtcdStore {
     }
 
     fn prune(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, usize> {
+        // Kept records of requests that ended without an outcome go with their attempt's lease.
+        self.own_begins.forget_lapsed(now_ms);
         Box::pin(async move {
             let prefix = self.keys.expiry_prefix();
             let bound = Keys::index_bound(&prefix, now_ms.saturating_add(1));
@@ -492,5 +494,73 @@ impl EtcdStore {
             .await
             .map_err(wrap)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::config::DEFAULT_ETCD_MAX_BATCH;
+    use crate::store::etcd::advance::batch_txn;
+
+    /// etcd's own limit (`checkTxnRequest` in its v3rpc): a transaction's compare, success and
+    /// failure lists each hold at most `max_ops`, and a nested transaction only what its parent's
+    /// longest list left.
+    fn within_max_txn_ops(txn: &TxnRequest, max_ops: usize) -> bool {
+        let ops = txn
+            .compare
+            .len()
+            .max(txn.success.len())
+            .max(txn.failure.len());
+        ops <= max_ops
+            && txn.success.iter().chain(&txn.failure).all(|op| match op {
+                RequestOp::Txn(nested) => within_max_txn_ops(nested, max_ops - ops),
+                _ => true,
+            })
+    }
+
+    /// The largest batch the configuration allows, every key beginning a fresh intent beside its
+    /// advance (the deepest transaction the gateway writes), fits etcd's default
+    /// `--max-txn-ops` of 128; one more begin's index entry, or a few more keys, would not.
+    #[test]
+    fn the_largest_advance_batch_fits_etcds_default_operation_limit() {
+        let keys = Keys::new("fencegate/");
+        let names: Vec<String> = (0..DEFAULT_ETCD_MAX_BATCH)
+            .map(|i| format!("key-{i}"))
+            .collect();
+        let creates: Vec<RequestOp> = names
+            .iter()
+            .map(|name| {
+                let begin = BeginRequest {
+                    key: format!("intent-{name}"),
+                    route: "payouts".to_owned(),
+                    fence: 7,
+                    fingerprint: "fp".to_owned(),
+                    attempt: "attempt".to_owned(),
+                    attempt_expires_ms: 2_000,
+                    now_ms: 1_000,
+                    expires_ms: 60_000,
+                };
+                begin_fresh(&keys, &begin).expect("fresh").0
+            })
+            .collect();
+        let largest: BTreeMap<&str, u64> = names.iter().map(|n| (n.as_str(), 7)).collect();
+        let begins: BTreeMap<&str, &RequestOp> =
+            names.iter().map(|n| n.as_str()).zip(&creates).collect();
+        let txn = batch_txn(&keys, &largest, &begins, Some("store-id"));
+        assert!(within_max_txn_ops(&txn, 128));
+        // The margin is small: two levels of raise plus the begin's three writes.
+        let mut wider = names.clone();
+        wider.extend((0..2).map(|i| format!("more-{i}")));
+        let wider_largest: BTreeMap<&str, u64> = wider.iter().map(|n| (n.as_str(), 7)).collect();
+        let wider_begins: BTreeMap<&str, &RequestOp> = wider
+            .iter()
+            .map(|n| n.as_str())
+            .zip(creates.iter().cycle())
+            .collect();
+        let txn = batch_txn(&keys, &wider_largest, &wider_begins, Some("store-id"));
+        assert!(!within_max_txn_ops(&txn, 128));
     }
 }

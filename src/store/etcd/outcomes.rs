@@ -7,6 +7,7 @@
 //! way, by reading it first.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
 use tokio::sync::oneshot;
@@ -17,8 +18,9 @@ use crate::etcd::wire::{RequestOp, ResponseOp, TxnRequest, TxnResponse};
 use crate::store::intents::IntentRecord;
 use crate::store::StoreError;
 
-/// Records kept at most: each is removed when its outcome (or abandonment) comes, so this bounds
-/// only requests that never end; beyond it, an outcome reads its record first.
+/// Records kept at most: each is removed when its outcome (or abandonment) comes, and one whose
+/// attempt has lapsed is dropped by the pruner or when the map is full, so this bounds only
+/// attempts still in flight; beyond it, an outcome reads its record first.
 const MAX_KEPT: usize = 64 * 1024;
 
 /// The intents this gateway began fresh, by key: the record as written and the revision it was
@@ -26,13 +28,35 @@ const MAX_KEPT: usize = 64 * 1024;
 #[derive(Default)]
 pub(super) struct OwnBegins {
     records: DashMap<String, (IntentRecord, i64)>,
+    /// When a full map was last swept (ms): at most once a second, so that a map full of
+    /// attempts still in flight costs a request no scan.
+    swept_ms: AtomicU64,
 }
 
 impl OwnBegins {
     pub(super) fn keep(&self, record: IntentRecord, revision: i64) {
+        // The record was written just now: its update time is the clock to sweep by.
+        let now_ms = record.updated_ms;
+        if self.records.len() >= MAX_KEPT
+            && now_ms >= self.swept_ms.load(Ordering::Relaxed).saturating_add(1_000)
+        {
+            self.swept_ms.store(now_ms, Ordering::Relaxed);
+            self.forget_lapsed(now_ms);
+        }
         if self.records.len() < MAX_KEPT {
             self.records.insert(record.key.clone(), (record, revision));
         }
+    }
+
+    /// Drops the records whose attempt had lapsed by `now_ms` (a request that ended without
+    /// its outcome or abandonment reaching the store — dropped, or failed early): another
+    /// gateway may have taken the intent over since, and its outcome, if it still comes, reads
+    /// the record first. Answers how many were dropped.
+    pub(super) fn forget_lapsed(&self, now_ms: u64) -> usize {
+        let before = self.records.len();
+        self.records
+            .retain(|_, (record, _)| record.attempt_expires_ms > now_ms);
+        before.saturating_sub(self.records.len())
     }
 
     /// The record kept for `key`, removed: an intent's record is swapped at most once this way.
@@ -94,5 +118,41 @@ pub(super) async fn run_outcomes(client: &EtcdClient, batch: Vec<OutcomeRequest>
                 let _ = request.reply.send(Err(error.again()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::intents::IntentState;
+
+    fn record(key: &str, attempt_expires_ms: u64) -> IntentRecord {
+        IntentRecord {
+            key: key.to_owned(),
+            route: "payouts".to_owned(),
+            fence: 1,
+            fingerprint: "fp".to_owned(),
+            state: IntentState::Submitting,
+            attempt: Some("attempt".to_owned()),
+            attempt_expires_ms,
+            created_ms: 0,
+            updated_ms: 0,
+            expires_ms: 60_000,
+            outcome: None,
+        }
+    }
+
+    /// A record whose request never came back is not kept past its attempt's lease.
+    #[test]
+    fn records_of_lapsed_attempts_are_forgotten() {
+        let kept = OwnBegins::default();
+        kept.keep(record("lapsed", 1_000), 5);
+        kept.keep(record("live", 3_000), 6);
+        assert_eq!(kept.forget_lapsed(2_000), 1);
+        assert!(kept.take("lapsed").is_none());
+        assert_eq!(
+            kept.take("live").map(|(r, rev)| (r.key, rev)),
+            Some(("live".to_owned(), 6))
+        );
     }
 }

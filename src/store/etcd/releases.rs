@@ -3,13 +3,29 @@
 //! together in the next transaction, a nested transaction each. A release that is lost (a failed
 //! call, a full queue after close) leaves the turn to lapse with its lease, as before.
 
+use tokio::sync::{mpsc, watch};
+
 use crate::etcd::client::EtcdClient;
 use crate::etcd::wire::{Compare, DeleteRangeRequest, RequestOp, TxnRequest, TxnResponse};
+use crate::store::plumbing::per_thread::TaskQueue;
 
 /// One turn to give back: its key, and the value it holds while it is still this turn.
 pub(super) struct Release {
     pub(super) turn_key: String,
     pub(super) holding: String,
+}
+
+/// A serving thread's release batcher: its queue, and a channel that ends when the batcher does.
+#[derive(Clone)]
+pub(super) struct ReleaseQueue {
+    pub(super) sender: mpsc::Sender<Release>,
+    pub(super) ended: watch::Receiver<()>,
+}
+
+impl TaskQueue for ReleaseQueue {
+    fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
 }
 
 fn conditional_delete(release: &Release) -> RequestOp {

@@ -9,13 +9,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::advance::{identity_holds, identity_refusal, mark_found, raise_mark, read};
 use super::error::{unexpected, wrap};
 use super::keys::{decode_mark, Keys};
 use super::leases::SharedLeases;
-use super::releases::{run_releases, Release};
+use super::releases::{run_releases, Release, ReleaseQueue};
 use crate::etcd::client::EtcdClient;
 use crate::etcd::wire::{
     Compare, KeyValue, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp, TxnRequest,
@@ -31,13 +31,16 @@ use crate::store::{StoreError, StoreFuture};
 /// replica taking or releasing the key in between).
 const MAX_ATTEMPTS: usize = 8;
 
+/// How long `close` waits for the queued releases to be written.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
 pub struct EtcdTurns {
     client: Arc<EtcdClient>,
     keys: Keys,
     holder: String,
     expected: Arc<ExpectedIdentity>,
     leases: SharedLeases,
-    releases: PerThread<mpsc::Sender<Release>>,
+    releases: PerThread<ReleaseQueue>,
     max_batch: usize,
 }
 
@@ -124,7 +127,7 @@ impl EtcdTurns {
         if !answer.succeeded {
             if let Some(id) = expected {
                 let refusal = identity_refusal(&answer, id);
-                let holds = answer.responses.iter().any(|op| {
+                let holds = answer.responses.first().is_some_and(|op| {
                     matches!(op, ResponseOp::Range(r)
                         if r.kvs.first().and_then(|kv| kv.value.text())
                             == Some(super::identity::record_of(id)))
@@ -196,9 +199,11 @@ impl TurnStore for EtcdTurns {
             return;
         };
         let queue = self.releases.queue(|| {
-            let (queue, releases) = mpsc::channel(QUEUE);
+            let (sender, releases) = mpsc::channel(QUEUE);
+            // Dropped with the batcher, once it has written what was queued (or with its runtime).
+            let (running, ended) = watch::channel(());
             let client = Arc::clone(&self.client);
-            runtime.spawn(run_batches(
+            let batches = run_batches(
                 releases,
                 self.max_batch,
                 super::BATCHES_IN_FLIGHT,
@@ -206,12 +211,16 @@ impl TurnStore for EtcdTurns {
                     let client = Arc::clone(&client);
                     async move { run_releases(&client, batch).await }
                 },
-            ));
-            queue
+            );
+            runtime.spawn(async move {
+                batches.await;
+                drop(running);
+            });
+            ReleaseQueue { sender, ended }
         });
         // Closed or full: written on its own, as it comes.
         let unqueued = match queue {
-            Ok(queue) => queue.try_send(release).err().map(|e| e.into_inner()),
+            Ok(queue) => queue.sender.try_send(release).err().map(|e| e.into_inner()),
             Err(_) => Some(release),
         };
         if let Some(release) = unqueued {
@@ -231,10 +240,26 @@ impl TurnStore for EtcdTurns {
     }
 
     fn close(&self) -> StoreFuture<'_, ()> {
-        // A release batcher whose queue is dropped writes what was queued, then ends; later
-        // releases are written one by one.
-        drop(self.releases.close());
-        Box::pin(async { Ok(()) })
+        // A release batcher whose queue is dropped writes what was queued, then ends: waited for
+        // here (a bounded while), so that no release queued before the close is lost with the
+        // serving runtimes. Later releases are written one by one.
+        let ended: Vec<watch::Receiver<()>> = self
+            .releases
+            .close()
+            .into_iter()
+            .map(|queue| queue.ended)
+            .collect();
+        Box::pin(async move {
+            let all_ended =
+                futures_util::future::join_all(ended.into_iter().map(|mut ended| async move {
+                    // Only the batcher's end resolves it: nothing is ever sent.
+                    let _ = ended.changed().await;
+                }));
+            if tokio::time::timeout(CLOSE_WAIT, all_ended).await.is_err() {
+                tracing::warn!("etcd turn releases still being written at close: left to lapse");
+            }
+            Ok(())
+        })
     }
 }
 

@@ -33,6 +33,28 @@ enum Slot {
 /// What one command answers once the transaction's fate is known.
 pub(super) type Answer = Box<dyn FnOnce(Option<StoreError>) + Send>;
 
+/// The answers of commands whose writes succeeded, held until those writes are durable: the
+/// writer sends them after the commit that holds them, or fails them when that commit fails.
+#[must_use]
+#[derive(Default)]
+pub(super) struct Settled(Vec<Answer>);
+
+impl Settled {
+    pub(super) fn of(answers: Vec<Answer>) -> Settled {
+        Settled(answers)
+    }
+
+    pub(super) fn send(self) {
+        self.0.into_iter().for_each(|answer| answer(None));
+    }
+
+    pub(super) fn fail(self, source: &Arc<sqlx::Error>) {
+        for answer in self.0 {
+            answer(Some(backend_error(source)));
+        }
+    }
+}
+
 /// True for the commands a run can hold: those that read and write one key.
 pub(super) fn is_single_key(command: &IntentCommand) -> bool {
     matches!(
@@ -61,11 +83,18 @@ pub(super) async fn apply_run(
 /// A batch of single-key commands only, outside any transaction the caller opened: when what it
 /// changed fits one statement, that statement commits on its own (SQLite makes every statement
 /// atomic, and the writer is the file's only user, so the read before it cannot go stale), which
-/// saves the two round trips of `BEGIN` and `COMMIT`. Answers every command.
-pub(super) async fn apply_alone(connection: &mut SqliteConnection, run: Vec<IntentCommand>) {
+/// saves the two round trips of `BEGIN` and `COMMIT`. Answers a failure at once; what succeeded
+/// is answered by the caller (inside the writer's transaction, only once that commits).
+pub(super) async fn apply_alone(
+    connection: &mut SqliteConnection,
+    run: Vec<IntentCommand>,
+) -> Settled {
     let (decided, answers) = match decide_run(connection, run).await {
         Ok(decided) => decided,
-        Err((source, answers)) => return fail_answers(answers, source),
+        Err((source, answers)) => {
+            fail_answers(answers, source);
+            return Settled::default();
+        }
     };
     let written = if decided.statements() <= 1 {
         decided.write(connection).await
@@ -73,8 +102,11 @@ pub(super) async fn apply_alone(connection: &mut SqliteConnection, run: Vec<Inte
         write_in_transaction(connection, decided).await
     };
     match written {
-        Ok(()) => answers.into_iter().for_each(|answer| answer(None)),
-        Err(source) => fail_answers(answers, source),
+        Ok(()) => Settled(answers),
+        Err(source) => {
+            fail_answers(answers, source);
+            Settled::default()
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::Connection as _;
 
 use super::commands::{IntentCommand, Reply};
-use super::intent_batch::{apply_alone, apply_run, is_single_key, Answer};
+use super::intent_batch::{apply_alone, apply_run, is_single_key, Answer, Settled};
 use super::schema::decode_fence;
 use super::{backend_error, BACKEND};
 use crate::store::intents::IntentRecord;
@@ -29,17 +29,24 @@ impl From<sqlx::Error> for Failure {
     }
 }
 
-/// Runs `commands` in one transaction and answers each after the commit (or with the error).
-pub(super) async fn apply(connection: &mut SqliteConnection, commands: Vec<IntentCommand>) {
+/// Runs `commands` in one transaction (a savepoint, inside the writer's own) and answers a
+/// failure at once; what succeeded is answered by the caller once the writes are durable.
+pub(super) async fn apply(
+    connection: &mut SqliteConnection,
+    commands: Vec<IntentCommand>,
+) -> Settled {
     if commands.is_empty() {
-        return;
+        return Settled::default();
     }
     if commands.iter().all(is_single_key) {
         return apply_alone(connection, commands).await;
     }
     let mut transaction = match connection.begin().await {
         Ok(transaction) => transaction,
-        Err(source) => return fail_all(commands, &Arc::new(source)),
+        Err(source) => {
+            fail_all(commands, &Arc::new(source));
+            return Settled::default();
+        }
     };
     let mut pending: Vec<Answer> = Vec::with_capacity(commands.len());
     let mut commands = commands.into_iter().peekable();
@@ -81,7 +88,7 @@ pub(super) async fn apply(connection: &mut SqliteConnection, commands: Vec<Inten
         None => transaction.commit().await.err(),
     };
     match failed {
-        None => pending.into_iter().for_each(|answer| answer(None)),
+        None => Settled::of(pending),
         Some(source) => {
             tracing::error!(error = %source, "embedded store intent transaction failed");
             let source = Arc::new(source);
@@ -89,6 +96,7 @@ pub(super) async fn apply(connection: &mut SqliteConnection, commands: Vec<Inten
                 answer(Some(backend_error(&source)));
             }
             fail_all(commands.collect(), &source);
+            Settled::default()
         }
     }
 }
@@ -245,7 +253,7 @@ mod tests {
                 reply: good,
             },
         ];
-        apply(&mut connection, commands).await;
+        apply(&mut connection, commands).await.send();
         let error = bad_answer.await.unwrap().unwrap_err().to_string();
         assert!(error.contains("unreadable stored record"), "{error}");
         assert_eq!(good_answer.await.unwrap().unwrap(), 1);

@@ -1,6 +1,7 @@
 //! The embedded store's writer, the single owner of the SQLite connection: each batch of commands
-//! reads and raises the marks it names in one call, answers the advances once that is committed,
-//! then runs the batch's intent commands (`intents.rs`).
+//! reads and raises the marks it names in one call, then runs the batch's intent commands
+//! (`intents.rs`), both in one commit when the batch has both (group commit), and answers each
+//! command only once what it reports is committed.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,7 +12,8 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::{Connection as _, QueryBuilder, Sqlite};
 use tokio::sync::oneshot;
 
-use super::commands::{fail, Command};
+use super::commands::{fail, Command, Reply};
+use super::intent_batch::Settled;
 use super::schema::{decode_mark, encode_mark};
 use super::{backend_error, intents};
 use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
@@ -68,12 +70,137 @@ impl BatchWriter for Writer {
 }
 
 /// Answers every command of `batch` (draining it); returns the reply of a close request.
+/// Runs one batch. A batch that raises marks and writes intents does both in one transaction,
+/// so they share one commit (one fsync): a write's advance-and-begin and another write's outcome
+/// go to disk together, and every answer waits for that commit. Any other batch commits its
+/// marks first and answers the advances before it writes its intents, so that intents do not
+/// delay fence advances.
 async fn process(
     connection: &mut SqliteConnection,
     path: &Path,
     batch: &mut Vec<Command>,
     expected: Option<&str>,
 ) -> Option<oneshot::Sender<()>> {
+    if !raises_marks_and_writes_intents(batch) {
+        return match decide_and_write(connection, path, batch, expected, Answers::AsWritten).await {
+            Ok((held, close)) => {
+                held.send();
+                close
+            }
+            Err(close) => close,
+        };
+    }
+    let mut transaction = match connection.begin().await {
+        Ok(transaction) => transaction,
+        Err(source) => return fail_batch(path, batch, source),
+    };
+    match decide_and_write(&mut transaction, path, batch, expected, Answers::AtCommit).await {
+        Ok((held, close)) => {
+            match transaction.commit().await {
+                Ok(()) => held.send(),
+                Err(source) => {
+                    tracing::error!(path = %path.display(), error = %source, "embedded store commit failed");
+                    held.fail(&Arc::new(source));
+                }
+            }
+            close
+        }
+        Err(close) => {
+            if let Err(e) = transaction.rollback().await {
+                tracing::warn!(path = %path.display(), error = %e, "rolling back an embedded batch failed");
+            }
+            close
+        }
+    }
+}
+
+/// Whether `batch` both raises marks and writes intents (and holds nothing that must answer on
+/// its own: an identity read, a close).
+fn raises_marks_and_writes_intents(batch: &[Command]) -> bool {
+    let mut advances = false;
+    let mut intents = false;
+    for command in batch {
+        match command {
+            Command::Advance { then_begin, .. } => {
+                advances = true;
+                intents |= then_begin.is_some();
+            }
+            Command::Intent(_) => intents = true,
+            Command::Current { .. } => {}
+            Command::Identity { .. } | Command::Close { .. } => return false,
+        }
+    }
+    advances && intents
+}
+
+/// When a batch's answers go out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answers {
+    /// Each as soon as what it reports is committed: the marks by their own statement, the
+    /// intents by theirs.
+    AsWritten,
+    /// All after the caller's transaction commits.
+    AtCommit,
+}
+
+/// Answers held for the commit of the transaction that wrote them.
+#[derive(Default)]
+struct Held {
+    advances: Vec<(Advance, Reply<Advance>)>,
+    currents: Vec<(Option<u64>, Reply<Option<u64>>)>,
+    intents: Settled,
+}
+
+impl Held {
+    fn send(self) {
+        for (outcome, reply) in self.advances {
+            let _ = reply.send(Ok(outcome));
+        }
+        for (mark, reply) in self.currents {
+            let _ = reply.send(Ok(mark));
+        }
+        self.intents.send();
+    }
+
+    fn fail(self, source: &Arc<sqlx::Error>) {
+        for (_, reply) in self.advances {
+            let _ = reply.send(Err(backend_error(source)));
+        }
+        for (_, reply) in self.currents {
+            let _ = reply.send(Err(backend_error(source)));
+        }
+        self.intents.fail(source);
+    }
+}
+
+/// Fails every command of `batch` (draining it) with `source`; returns the reply of a close
+/// request.
+fn fail_batch(
+    path: &Path,
+    batch: &mut Vec<Command>,
+    source: sqlx::Error,
+) -> Option<oneshot::Sender<()>> {
+    tracing::error!(path = %path.display(), error = %source, "embedded store write failed");
+    let source = Arc::new(source);
+    let error = || backend_error(&source);
+    let mut close = None;
+    for command in batch.drain(..) {
+        close = fail(command, error).or(close);
+    }
+    close
+}
+
+/// Decides and writes every command of `batch` (draining it). With [`Answers::AsWritten`] every
+/// answer is sent here; with [`Answers::AtCommit`] those of writes that succeeded are handed
+/// back. `Err`: nothing was written and every command was answered with the error (the caller
+/// rolls its transaction back). Either way the reply of a close request comes back.
+async fn decide_and_write(
+    connection: &mut SqliteConnection,
+    path: &Path,
+    batch: &mut Vec<Command>,
+    expected: Option<&str>,
+    answers: Answers,
+) -> Result<(Held, Option<oneshot::Sender<()>>), Option<oneshot::Sender<()>>> {
     let keys: Vec<&str> = batch
         .iter()
         .filter_map(|c| match c {
@@ -111,21 +238,12 @@ async fn process(
                     other => fail(other, error).or(close),
                 };
             }
-            return close;
+            return Err(close);
         }
-        Err(source) => {
-            tracing::error!(path = %path.display(), error = %source, "embedded store read failed");
-            let source = Arc::new(source);
-            let error = || backend_error(&source);
-            let mut close = None;
-            for command in batch.drain(..) {
-                close = fail(command, error).or(close);
-            }
-            return close;
-        }
+        Err(source) => return Err(fail_batch(path, batch, source)),
     };
     let mut marks: HashMap<String, u64> = loaded;
-    let mut answers = Vec::with_capacity(batch.len());
+    let mut held = Held::default();
     let mut intents = Vec::new();
     let mut close = None;
     for command in batch.drain(..) {
@@ -142,13 +260,13 @@ async fn process(
                     if previous.is_none_or(|p| token > p) {
                         marks.insert(key, token);
                     }
-                    // Applied after the marks' commit below, like every intent of the batch.
+                    // Applied after the marks below, like every intent of the batch.
                     intents.extend(then_begin);
                 }
-                answers.push((outcome, reply));
+                held.advances.push((outcome, reply));
             }
             Command::Current { key, reply } => {
-                let _ = reply.send(Ok(marks.get(&key).copied()));
+                held.currents.push((marks.get(&key).copied(), reply));
             }
             Command::Identity { reply } => {
                 let identity = identity(connection)
@@ -160,13 +278,15 @@ async fn process(
             Command::Close { reply } => close = Some(reply),
         }
     }
-    // The raised marks were committed by `read_and_raise`, before any answer is sent (I2).
-    for (outcome, reply) in answers {
-        let _ = reply.send(Ok(outcome));
+    if answers == Answers::AsWritten {
+        // The raised marks were committed by `read_and_raise`, before any answer is sent (I2).
+        std::mem::take(&mut held).send();
+        // After the marks, so that intents in a batch do not delay its fence advances.
+        intents::apply(connection, intents).await.send();
+    } else {
+        held.intents = intents::apply(connection, intents).await;
     }
-    // After the marks, so that intents in a batch do not delay its fence advances.
-    intents::apply(connection, intents).await;
-    close
+    Ok((held, close))
 }
 
 /// Reads the marks of `keys`, then raises each key in `highest` to its token where that is above
@@ -177,7 +297,7 @@ async fn process(
 /// before it cannot refuse it), so the mark ends at max(stored, highest) either way.
 ///
 /// Outside an explicit transaction SQLite commits (and, with `synchronous = FULL`, fsyncs) the
-/// raise as one atomic statement. The `WHERE` guard (an unsigned comparison of the stored bit
+/// raise as one atomic statement; inside the writer's transaction the commit does. The `WHERE` guard (an unsigned comparison of the stored bit
 /// patterns) keeps I3 even if the file was changed behind the writer's back.
 ///
 /// With `expected`, the adopted store's id, the raise happens only if the file's identity record
@@ -259,4 +379,208 @@ async fn identity(connection: &mut SqliteConnection) -> Result<StoreIdentity, sq
         id,
         created: inserted == 1,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    use sqlx::ConnectOptions as _;
+
+    use super::super::commands::IntentCommand;
+    use super::super::schema::{INTENTS_SCHEMA, SCHEMA};
+    use super::*;
+    use crate::config::Compare;
+    use crate::store::intents::{BeginRequest, Begun, StoredOutcome};
+
+    async fn connection() -> SqliteConnection {
+        let mut connection = "sqlite::memory:"
+            .parse::<sqlx::sqlite::SqliteConnectOptions>()
+            .expect("options")
+            .connect()
+            .await
+            .expect("in-memory database");
+        sqlx::raw_sql(SCHEMA)
+            .execute(&mut connection)
+            .await
+            .expect("schema");
+        sqlx::raw_sql(INTENTS_SCHEMA)
+            .execute(&mut connection)
+            .await
+            .expect("intents schema");
+        connection
+    }
+
+    fn begin(key: &str) -> BeginRequest {
+        BeginRequest {
+            key: key.to_owned(),
+            route: "payouts".to_owned(),
+            fence: 5,
+            fingerprint: "fp".to_owned(),
+            attempt: format!("attempt-{key}"),
+            attempt_expires_ms: 2_000,
+            now_ms: 1_000,
+            expires_ms: 60_000,
+        }
+    }
+
+    type Answers = (
+        oneshot::Receiver<Result<Advance, StoreError>>,
+        oneshot::Receiver<Result<Begun, StoreError>>,
+        oneshot::Receiver<Result<bool, StoreError>>,
+    );
+
+    /// One write's advance-and-begin beside another write's outcome, as a pipelined batch holds.
+    fn advance_begin_and_outcome(
+        key: &str,
+        intent: &str,
+        finished: &str,
+    ) -> (Vec<Command>, Answers) {
+        let (advanced, advance_answer) = oneshot::channel();
+        let (begun, begin_answer) = oneshot::channel();
+        let (completed, complete_answer) = oneshot::channel();
+        let batch = vec![
+            Command::Advance {
+                key: key.to_owned(),
+                token: 5,
+                compare: Compare::Strict,
+                reply: advanced,
+                then_begin: Some(IntentCommand::Begin {
+                    request: begin(intent),
+                    reply: begun,
+                }),
+            },
+            Command::Intent(IntentCommand::Complete {
+                key: finished.to_owned(),
+                outcome: StoredOutcome {
+                    status: 201,
+                    headers: Vec::new(),
+                    body: Default::default(),
+                    body_complete: true,
+                },
+                now_ms: 1_500,
+                reply: completed,
+            }),
+        ];
+        (batch, (advance_answer, begin_answer, complete_answer))
+    }
+
+    /// Counts commits, and turns them into rollbacks while `refuse` is set.
+    async fn count_commits(
+        connection: &mut SqliteConnection,
+        refuse: Arc<AtomicBool>,
+    ) -> Arc<AtomicUsize> {
+        let commits = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&commits);
+        connection
+            .lock_handle()
+            .await
+            .expect("handle")
+            .set_commit_hook(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                !refuse.load(Ordering::SeqCst)
+            });
+        commits
+    }
+
+    async fn seed_submitting(connection: &mut SqliteConnection, key: &str) {
+        let (begun, answer) = oneshot::channel();
+        let mut batch = vec![Command::Intent(IntentCommand::Begin {
+            request: begin(key),
+            reply: begun,
+        })];
+        assert!(process(connection, Path::new("test"), &mut batch, None)
+            .await
+            .is_none());
+        assert_eq!(
+            answer.await.expect("answered").expect("begun"),
+            Begun::Fresh
+        );
+    }
+
+    /// A batch with a mark to raise and intents to write commits once (the group commit), and
+    /// every answer is sent only after that commit.
+    #[tokio::test]
+    async fn marks_and_intents_of_a_batch_share_one_commit() {
+        let mut connection = connection().await;
+        seed_submitting(&mut connection, "earlier").await;
+        let refuse = Arc::new(AtomicBool::new(false));
+        let commits = Arc::new(AtomicUsize::new(0));
+        let (mut batch, (advance, begin, complete)) =
+            advance_begin_and_outcome("k", "later", "earlier");
+        // The hook counts commits and sees, at the commit, whether the advance was answered before it.
+        let advance = Arc::new(Mutex::new(advance));
+        let early = Arc::new(AtomicBool::new(false));
+        {
+            let (advance, early, refuse) = (
+                Arc::clone(&advance),
+                Arc::clone(&early),
+                Arc::clone(&refuse),
+            );
+            let counted = Arc::clone(&commits);
+            connection
+                .lock_handle()
+                .await
+                .expect("handle")
+                .set_commit_hook(move || {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    if let Ok(mut advance) = advance.lock() {
+                        if !matches!(advance.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+                            early.store(true, Ordering::SeqCst);
+                        }
+                    }
+                    !refuse.load(Ordering::SeqCst)
+                });
+        }
+        assert!(
+            process(&mut connection, Path::new("test"), &mut batch, None)
+                .await
+                .is_none()
+        );
+        assert_eq!(commits.load(Ordering::SeqCst), 1, "commits for one batch");
+        assert!(
+            !early.load(Ordering::SeqCst),
+            "an answer went out before its commit"
+        );
+        let advance = advance.lock().expect("lock").try_recv().expect("answered");
+        assert_eq!(
+            advance.expect("advance"),
+            Advance::Accepted { previous: None }
+        );
+        assert_eq!(begin.await.expect("answered").expect("begin"), Begun::Fresh);
+        assert!(complete.await.expect("answered").expect("complete"));
+    }
+
+    /// When the shared commit fails, nothing of the batch is kept and every command is told so:
+    /// neither the advance nor the begin is reported done.
+    #[tokio::test]
+    async fn a_failed_group_commit_fails_every_answer() {
+        let mut connection = connection().await;
+        seed_submitting(&mut connection, "earlier").await;
+        let refuse = Arc::new(AtomicBool::new(true));
+        let commits = count_commits(&mut connection, Arc::clone(&refuse)).await;
+        let (mut batch, (advance, begin, complete)) =
+            advance_begin_and_outcome("k", "later", "earlier");
+        assert!(
+            process(&mut connection, Path::new("test"), &mut batch, None)
+                .await
+                .is_none()
+        );
+        assert_eq!(commits.load(Ordering::SeqCst), 1);
+        assert!(advance.await.expect("answered").is_err());
+        assert!(begin.await.expect("answered").is_err());
+        assert!(complete.await.expect("answered").is_err());
+        refuse.store(false, Ordering::SeqCst);
+        let marks: Vec<(String,)> = sqlx::query_as("SELECT key FROM fence_marks")
+            .fetch_all(&mut connection)
+            .await
+            .expect("marks");
+        assert!(marks.is_empty(), "{marks:?}");
+        let later: Vec<(String,)> = sqlx::query_as("SELECT key FROM intents WHERE key = 'later'")
+            .fetch_all(&mut connection)
+            .await
+            .expect("intents");
+        assert!(later.is_empty(), "{later:?}");
+    }
 }

@@ -466,10 +466,12 @@ mod tests {
         (batch, (advance_answer, begin_answer, complete_answer))
     }
 
-    /// Counts commits, and turns them into rollbacks while `refuse` is set.
+    /// Counts commits, runs `at_commit` at each, and turns them into rollbacks while `refuse` is
+    /// set.
     async fn count_commits(
         connection: &mut SqliteConnection,
         refuse: Arc<AtomicBool>,
+        mut at_commit: impl FnMut() + Send + 'static,
     ) -> Arc<AtomicUsize> {
         let commits = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&commits);
@@ -479,6 +481,7 @@ mod tests {
             .expect("handle")
             .set_commit_hook(move || {
                 counted.fetch_add(1, Ordering::SeqCst);
+                at_commit();
                 !refuse.load(Ordering::SeqCst)
             });
         commits
@@ -505,34 +508,23 @@ mod tests {
     async fn marks_and_intents_of_a_batch_share_one_commit() {
         let mut connection = connection().await;
         seed_submitting(&mut connection, "earlier").await;
-        let refuse = Arc::new(AtomicBool::new(false));
-        let commits = Arc::new(AtomicUsize::new(0));
         let (mut batch, (advance, begin, complete)) =
             advance_begin_and_outcome("k", "later", "earlier");
-        // The hook counts commits and sees, at the commit, whether the advance was answered before it.
+        // At the commit, the hook sees whether the advance was answered before it.
         let advance = Arc::new(Mutex::new(advance));
         let early = Arc::new(AtomicBool::new(false));
-        {
-            let (advance, early, refuse) = (
-                Arc::clone(&advance),
-                Arc::clone(&early),
-                Arc::clone(&refuse),
-            );
-            let counted = Arc::clone(&commits);
-            connection
-                .lock_handle()
-                .await
-                .expect("handle")
-                .set_commit_hook(move || {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    if let Ok(mut advance) = advance.lock() {
-                        if !matches!(advance.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
-                            early.store(true, Ordering::SeqCst);
-                        }
+        let at_commit = {
+            let (advance, early) = (Arc::clone(&advance), Arc::clone(&early));
+            move || {
+                if let Ok(mut advance) = advance.lock() {
+                    if !matches!(advance.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+                        early.store(true, Ordering::SeqCst);
                     }
-                    !refuse.load(Ordering::SeqCst)
-                });
-        }
+                }
+            }
+        };
+        let refuse = Arc::new(AtomicBool::new(false));
+        let commits = count_commits(&mut connection, refuse, at_commit).await;
         assert!(
             process(&mut connection, Path::new("test"), &mut batch, None)
                 .await
@@ -559,7 +551,7 @@ mod tests {
         let mut connection = connection().await;
         seed_submitting(&mut connection, "earlier").await;
         let refuse = Arc::new(AtomicBool::new(true));
-        let commits = count_commits(&mut connection, Arc::clone(&refuse)).await;
+        let commits = count_commits(&mut connection, Arc::clone(&refuse), || {}).await;
         let (mut batch, (advance, begin, complete)) =
             advance_begin_and_outcome("k", "later", "earlier");
         assert!(

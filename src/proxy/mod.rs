@@ -5,6 +5,7 @@
 mod capture;
 mod client_stream;
 mod forward;
+mod h1;
 mod headers;
 mod prefixed;
 mod stack;

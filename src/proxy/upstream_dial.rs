@@ -1,17 +1,19 @@
 //! Opening one connection to an upstream: a slot and a TCP connection (`upstream_slots.rs`),
 //! then, for `https://` upstreams, TLS with the route's settings, offering `h2` and `http/1.1` by
-//! ALPN; then the handshake of the HTTP version agreed, its connection task spawned on this thread.
+//! ALPN; then, for HTTP/2, hyper's handshake, its connection task spawned on this thread. An
+//! HTTP/1.1 connection needs no handshake and no task: the gateway's own client drives it.
 
 use std::sync::Arc;
 
 use http::Uri;
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 use hyper::rt::{Read, Write};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls_pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 use tower::Service as _;
 
+use super::h1::H1Connection;
 use super::upstream_slots::CappedConnector;
 use super::{BoxError, RequestBody};
 use crate::tls::UpstreamTls;
@@ -19,7 +21,7 @@ use crate::tls::UpstreamTls;
 /// A connection just opened, ready for its first request.
 pub enum Opened {
     /// Lent to one request at a time.
-    Http1(http1::SendRequest<RequestBody>),
+    Http1(H1Connection),
     /// Shared by every request at once, one stream each.
     Http2(http2::SendRequest<RequestBody>),
 }
@@ -62,19 +64,19 @@ impl Dialer {
     pub async fn open(&self, target: &Uri) -> Result<Opened, BoxError> {
         let tcp = self.tcp.clone().call(target.clone()).await?;
         let Some(tls) = &self.tls else {
-            return http1_handshake(tcp).await.map(Opened::Http1);
+            return Ok(Opened::Http1(H1Connection::new(tcp)));
         };
         let name = match &tls.server_name {
             Some(name) => name.clone(),
             None => host_name(target)?,
         };
-        let stream = tls.connector.connect(name, TokioIo::new(tcp)).await?;
-        let agreed_h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-        let io = TokioIo::new(stream);
-        if agreed_h2 {
-            http2_handshake(io).await.map(Opened::Http2)
+        let stream = tls.connector.connect(name, tcp).await?;
+        if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+            http2_handshake(TokioIo::new(stream))
+                .await
+                .map(Opened::Http2)
         } else {
-            http1_handshake(io).await.map(Opened::Http1)
+            Ok(Opened::Http1(H1Connection::new(stream)))
         }
     }
 }
@@ -88,21 +90,6 @@ fn host_name(target: &Uri) -> Result<ServerName<'static>, BoxError> {
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
     ServerName::try_from(host.to_owned()).map_err(|e| Box::new(e) as BoxError)
-}
-
-async fn http1_handshake<T>(io: T) -> Result<http1::SendRequest<RequestBody>, BoxError>
-where
-    T: Read + Write + Unpin + Send + 'static,
-{
-    let (sender, connection) = http1::Builder::new().handshake(io).await?;
-    // Driven on this serving thread; it ends when the connection closes (the upstream or a
-    // failure closes it, or every handle to it is dropped mid-exchange).
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::debug!(%error, "upstream connection ended with an error");
-        }
-    });
-    Ok(sender)
 }
 
 async fn http2_handshake<T>(io: T) -> Result<http2::SendRequest<RequestBody>, BoxError>

@@ -1,10 +1,10 @@
-//! One serving thread's keep-alive connections to upstreams, on hyper's connection-level
-//! clients: a connection is opened by the pool's dialer (`upstream_dial.rs`, with a slot, over
-//! TCP or TLS), and driven by a task on the serving thread. An HTTP/1.1 connection is lent to one
-//! request at a time and put back only once its response's body has been read to the end; an
-//! HTTP/2 one (agreed by ALPN) is shared by every request while it stays open. A request that a
-//! pooled connection closed before sending goes out on another; a connection whose HTTP/1.1
-//! response was cut short is never lent again.
+//! One serving thread's keep-alive connections to upstreams: a connection is opened by the pool's
+//! dialer (`upstream_dial.rs`, with a slot, over TCP or TLS). An HTTP/1.1 connection is the
+//! gateway's own client (`h1/`), driven by the request that holds it, lent to one request at a
+//! time and put back only once its response's body has been read to the end; an HTTP/2 one
+//! (agreed by ALPN) is hyper's, driven by a task on the serving thread and shared by every request
+//! while it stays open. A pooled connection the upstream has closed is dropped before a request
+//! is written to it; one whose HTTP/1.1 response was cut short is never lent again.
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
@@ -17,8 +17,9 @@ use http::uri::{Parts, PathAndQuery};
 use http::{Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 
+use super::h1::{H1Body, H1Connection};
 use super::upstream_dial::{Dialer, Opened};
 use super::{BoxError, RequestBody};
 
@@ -30,12 +31,12 @@ pub enum ForwardError {
     Connect(#[source] BoxError),
     /// The request was (perhaps partly) sent, and the exchange failed.
     #[error("the upstream exchange failed: {0}")]
-    Exchange(#[source] hyper::Error),
+    Exchange(#[source] BoxError),
 }
 
 /// Idle connections kept for one upstream with when each was put back, newest last: lent newest
 /// first, pruned oldest first.
-type Idle = VecDeque<(http1::SendRequest<RequestBody>, Instant)>;
+type Idle = VecDeque<(H1Connection, Instant)>;
 
 /// This thread's connections by upstream (`host:port`), and how to open more.
 pub struct UpstreamPool {
@@ -79,24 +80,12 @@ impl UpstreamPool {
                     request = *unsent;
                     *request.uri_mut() = origin_form(request.uri());
                 }
-                Err(Unsent::Failed(error)) => return Err(ForwardError::Exchange(error)),
+                Err(Unsent::Failed(error)) => return Err(ForwardError::Exchange(Box::new(error))),
             }
         }
-        while let Some(mut sender) = self.take_idle(upstream) {
-            // Idle connections wait for their next request; one still finishing its last exchange
-            // is ready as soon as its task has run.
-            if sender.ready().await.is_err() {
-                continue;
-            }
-            match sender.try_send_request(request).await {
-                Ok(response) => return Ok(self.lend(upstream, sender, response)),
-                Err(mut failed) => match failed.take_message() {
-                    // Closed before a byte was sent (the upstream ended the idle connection):
-                    // nothing reached it, so the request goes out on another connection.
-                    Some(unsent) => request = unsent,
-                    None => return Err(ForwardError::Exchange(failed.into_error())),
-                },
-            }
+        if let Some(connection) = self.take_idle(upstream) {
+            let response = connection.send(request).await.map_err(exchange_failed)?;
+            return Ok(self.lend(upstream, response));
         }
         // Boxed: opening a connection (TCP, TLS, handshake) is a large future, and kept inline
         // it would be copied with every request's future although few requests open one.
@@ -104,12 +93,9 @@ impl UpstreamPool {
             .await
             .map_err(ForwardError::Connect)?
         {
-            Opened::Http1(mut sender) => {
-                let response = sender
-                    .send_request(request)
-                    .await
-                    .map_err(ForwardError::Exchange)?;
-                Ok(self.lend(upstream, sender, response))
+            Opened::Http1(connection) => {
+                let response = connection.send(request).await.map_err(exchange_failed)?;
+                Ok(self.lend(upstream, response))
             }
             Opened::Http2(mut sender) => {
                 self.share(upstream, sender.clone());
@@ -118,7 +104,7 @@ impl UpstreamPool {
                     Err(Unsent::Again(_)) => Err(ForwardError::Connect(
                         "the new HTTP/2 connection closed before the request was sent".into(),
                     )),
-                    Err(Unsent::Failed(error)) => Err(ForwardError::Exchange(error)),
+                    Err(Unsent::Failed(error)) => Err(ForwardError::Exchange(Box::new(error))),
                 }
             }
         }
@@ -151,53 +137,45 @@ impl UpstreamPool {
     }
 
     /// The newest idle connection to `upstream` that is open and not past the idle timeout.
-    fn take_idle(&self, upstream: &str) -> Option<http1::SendRequest<RequestBody>> {
+    fn take_idle(&self, upstream: &str) -> Option<H1Connection> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let connections = idle.get_mut(upstream)?;
         let now = Instant::now();
-        while let Some((sender, since)) = connections.pop_back() {
-            if !sender.is_closed() && now.duration_since(since) < self.idle_timeout {
-                return Some(sender);
+        while let Some((mut connection, since)) = connections.pop_back() {
+            if now.duration_since(since) < self.idle_timeout && !connection.is_closed() {
+                return Some(connection);
             }
         }
         None
     }
 
-    /// Hands `sender` back once `response`'s body is read to its end (at once when it has none).
-    fn lend(
-        self: &Arc<Self>,
-        upstream: &str,
-        sender: http1::SendRequest<RequestBody>,
-        response: Response<Incoming>,
-    ) -> Response<PooledBody> {
-        let back = (Arc::clone(self), upstream.to_owned(), sender);
-        if response.body().is_end_stream() {
-            let (pool, upstream, sender) = back;
-            pool.put_back(upstream, sender);
-            return response.map(|inner| PooledBody { inner, back: None });
+    /// Hands the connection back once `response`'s body is read to its end (at once when it has
+    /// none).
+    fn lend(self: &Arc<Self>, upstream: &str, response: Response<H1Body>) -> Response<PooledBody> {
+        let mut response = response.map(|body| PooledBody {
+            inner: Inner::Http1(body),
+            back: None,
+        });
+        if !response.body_mut().hand_back_if_ended(self, upstream) {
+            response.body_mut().back = Some((Arc::clone(self), upstream.to_owned()));
         }
-        response.map(|inner| PooledBody {
-            inner,
-            back: Some(back),
-        })
+        response
     }
 
-    fn put_back(&self, upstream: String, sender: http1::SendRequest<RequestBody>) {
-        if sender.is_closed() {
-            return;
-        }
+    fn put_back(&self, upstream: String, connection: H1Connection) {
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let connections = idle.entry(upstream).or_default();
-        // The oldest first: past the idle timeout, or closed by the upstream meanwhile. (A
-        // closed one further in is dropped when it is taken.)
-        while connections.front().is_some_and(|(sender, since)| {
-            sender.is_closed() || now.duration_since(*since) >= self.idle_timeout
-        }) {
+        // The oldest first, past the idle timeout. (One the upstream closed meanwhile is dropped
+        // when it is taken.)
+        while connections
+            .front()
+            .is_some_and(|(_, since)| now.duration_since(*since) >= self.idle_timeout)
+        {
             connections.pop_front();
         }
         if connections.len() < self.max_idle_per_upstream {
-            connections.push_back((sender, now));
+            connections.push_back((connection, now));
         }
     }
 }
@@ -253,39 +231,74 @@ fn origin_form(uri: &Uri) -> Uri {
 
 /// A response whose connection needs no hand-back (an HTTP/2 stream's).
 fn unpooled(response: Response<Incoming>) -> Response<PooledBody> {
-    response.map(|inner| PooledBody { inner, back: None })
+    response.map(|body| PooledBody {
+        inner: Inner::Http2(body),
+        back: None,
+    })
 }
 
-/// An upstream response's body, which returns its connection to the pool when read to the end.
-/// Dropped before that, or failed, it drops the connection's handle instead: hyper then closes a
-/// connection with an unread response rather than reuse it.
+fn exchange_failed(error: super::h1::H1Error) -> ForwardError {
+    ForwardError::Exchange(Box::new(error))
+}
+
+/// An upstream response's body. An HTTP/1.1 one returns its connection to the pool when read to
+/// the end; dropped before that, or failed, it closes the connection.
 pub struct PooledBody {
-    inner: Incoming,
-    back: Option<(Arc<UpstreamPool>, String, http1::SendRequest<RequestBody>)>,
+    inner: Inner,
+    back: Option<(Arc<UpstreamPool>, String)>,
+}
+
+enum Inner {
+    Http1(H1Body),
+    Http2(Incoming),
 }
 
 impl PooledBody {
-    fn hand_back(&mut self) {
-        if let Some((pool, upstream, sender)) = self.back.take() {
-            pool.put_back(upstream, sender);
+    /// Puts the connection back in `pool` if the body has ended and the connection may be
+    /// reused; whether the body has ended.
+    fn hand_back_if_ended(&mut self, pool: &UpstreamPool, upstream: &str) -> bool {
+        let Inner::Http1(body) = &mut self.inner else {
+            return true;
+        };
+        if !body.is_end_stream() {
+            return false;
+        }
+        if let Some(connection) = body.take_reusable() {
+            pool.put_back(upstream.to_owned(), connection);
+        }
+        true
+    }
+
+    fn on_end(&mut self) {
+        if let (Inner::Http1(body), Some((pool, upstream))) = (&mut self.inner, self.back.take()) {
+            if let Some(connection) = body.take_reusable() {
+                pool.put_back(upstream, connection);
+            }
         }
     }
 }
 
 impl Body for PooledBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled: Poll<Option<Result<Frame<Bytes>, BoxError>>> = match &mut self.inner {
+            Inner::Http1(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map_err(|e| Box::new(e) as BoxError),
+            Inner::Http2(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map_err(|e| Box::new(e) as BoxError),
+        };
         match &polled {
             // The end, or the last frame of a body whose length was known: the server stops
             // polling once `is_end_stream` says so.
-            Poll::Ready(None) => self.hand_back(),
-            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.hand_back(),
+            Poll::Ready(None) => self.on_end(),
+            Poll::Ready(Some(Ok(_))) if self.is_end_stream() => self.on_end(),
             Poll::Ready(Some(Err(_))) => self.back = None,
             _ => {}
         }
@@ -293,10 +306,16 @@ impl Body for PooledBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            Inner::Http1(body) => body.is_end_stream(),
+            Inner::Http2(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Inner::Http1(body) => body.size_hint(),
+            Inner::Http2(body) => body.size_hint(),
+        }
     }
 }

@@ -14,9 +14,8 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use http::Uri;
-use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::Service;
@@ -146,7 +145,7 @@ impl Service<Uri> for CappedConnector {
                     }) as BoxError)
                 }
             };
-            let stream = inner.call(uri).await?;
+            let stream = inner.call(uri).await?.into_inner();
             Ok(CappedStream {
                 stream,
                 _slot: slot,
@@ -157,27 +156,21 @@ impl Service<Uri> for CappedConnector {
 
 /// A connection to an upstream, holding its slot until it is dropped.
 pub struct CappedStream {
-    stream: TokioIo<TcpStream>,
+    stream: TcpStream,
     _slot: OwnedSemaphorePermit,
 }
 
-impl Connection for CappedStream {
-    fn connected(&self) -> Connected {
-        self.stream.connected()
-    }
-}
-
-impl Read for CappedStream {
+impl AsyncRead for CappedStream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
+        buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
     }
 }
 
-impl Write for CappedStream {
+impl AsyncWrite for CappedStream {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

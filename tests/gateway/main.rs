@@ -30,4 +30,5 @@ mod tls;
 mod token_poisoning;
 mod trust_boundaries;
 mod typed_inputs;
+mod upstream_framing;
 mod upstream_pool;

@@ -198,10 +198,10 @@ impl Exchange<'_> {
         }
         match answered {
             Err(_elapsed) => {
-                // Dropping the pending request (done by the timeout) makes its connection's
-                // task tear the connection down; it is never reused. That task runs on this
-                // serving thread: yield once so it closes the socket before this error lets
-                // the key's gate open (I4: a timed-out call keeps the key closed until then).
+                // Dropping the pending request (done by the timeout) closes an HTTP/1.1
+                // connection at once; an HTTP/2 stream is reset by its connection's task, which
+                // runs on this serving thread: yield once so it has done so before this error
+                // lets the key's gate open (I4: a timed-out call keeps the key closed until then).
                 tokio::task::yield_now().await;
                 Err(GatewayError::UpstreamTimeout {
                     after: route.timeout,

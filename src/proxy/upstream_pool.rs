@@ -8,6 +8,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Weak;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -46,6 +48,10 @@ pub struct UpstreamPool {
     dialer: Dialer,
     max_idle_per_upstream: usize,
     idle_timeout: Duration,
+    /// HTTP/1.1 exchanges of this thread between taking a connection and their response head.
+    waiting: AtomicUsize,
+    /// Whether the task that drops idle connections the upstream closed has been started.
+    sweeping: AtomicBool,
 }
 
 impl UpstreamPool {
@@ -60,6 +66,8 @@ impl UpstreamPool {
             dialer,
             max_idle_per_upstream,
             idle_timeout,
+            waiting: AtomicUsize::new(0),
+            sweeping: AtomicBool::new(false),
         }
     }
 
@@ -82,6 +90,22 @@ impl UpstreamPool {
                 }
                 Err(Unsent::Failed(error)) => return Err(ForwardError::Exchange(Box::new(error))),
             }
+        }
+        if !self.sweeping.swap(true, Ordering::Relaxed) {
+            // On this serving thread, where the pool's connections live.
+            tokio::spawn(sweep_idle(Arc::downgrade(self)));
+        }
+        let others_waiting = Waiting::enter(&self.waiting);
+        if others_waiting.before > 0 {
+            // While this thread has other exchanges waiting for their answers, this request is
+            // written once the thread next polls for I/O rather than at once, so that the writes
+            // of one turn of the thread go out together and wake the upstream once per batch. On
+            // loopback (2 cores shared with wrk and nginx, c=128, medians of 3 alternating
+            // rounds): 66.8k req/s and 9.2 µs of kernel CPU per request writing at once, 74.1k
+            // and 7.7 µs deferred (hyper's client, whose connection task wrote later in the turn,
+            // 72.7k and 7.5 µs). A lone request is written at once: deferring it too cost 8 µs of
+            // p50 at c=1.
+            tokio::task::yield_now().await;
         }
         if let Some(connection) = self.take_idle(upstream) {
             let response = connection.send(request).await.map_err(exchange_failed)?;
@@ -162,6 +186,19 @@ impl UpstreamPool {
         response
     }
 
+    /// Drops idle connections past the idle timeout or closed by their upstream, so that their
+    /// sockets close and their slots (shared by every serving thread) come free.
+    fn sweep(&self) {
+        let now = Instant::now();
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        for connections in idle.values_mut() {
+            connections.retain_mut(|(connection, since)| {
+                now.duration_since(*since) < self.idle_timeout && !connection.is_closed()
+            });
+        }
+        idle.retain(|_, connections| !connections.is_empty());
+    }
+
     fn put_back(&self, upstream: String, connection: H1Connection) {
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
@@ -177,6 +214,44 @@ impl UpstreamPool {
         if connections.len() < self.max_idle_per_upstream {
             connections.push_back((connection, now));
         }
+    }
+}
+
+/// How often a pool looks for idle connections their upstream closed.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Sweeps `pool`'s idle connections every [`SWEEP_EVERY`] for as long as the pool lives: without
+/// it, a connection the upstream closed would keep its socket and its slot until this thread
+/// next sent a request to that upstream, while other threads wait for slots.
+async fn sweep_idle(pool: Weak<UpstreamPool>) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(pool) = pool.upgrade() else {
+            return;
+        };
+        pool.sweep();
+    }
+}
+
+/// One exchange counted in a pool's `waiting` for as long as it lives.
+struct Waiting<'a> {
+    count: &'a AtomicUsize,
+    /// How many were waiting when it entered.
+    before: usize,
+}
+
+impl Waiting<'_> {
+    fn enter(count: &AtomicUsize) -> Waiting<'_> {
+        let before = count.fetch_add(1, Ordering::Relaxed);
+        Waiting { count, before }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

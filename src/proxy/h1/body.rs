@@ -8,12 +8,16 @@ use std::task::{ready, Context, Poll};
 use bytes::{Buf as _, Bytes};
 use http_body::{Body, Frame, SizeHint};
 
-use super::connection::H1Connection;
+use super::connection::{H1Connection, Upload};
 use super::head::{parse_trailers, ResponseFraming};
-use super::{H1Error, MAX_RESPONSE_HEAD_BYTES};
+use super::H1Error;
 
 /// The longest chunk-size line accepted (size, extensions and line end).
 const MAX_CHUNK_LINE: usize = 4096;
+/// The most bytes of chunk extensions one body may carry, and the largest trailer section
+/// (hyper's limits, 16 KiB each).
+const MAX_CHUNK_EXTENSIONS: usize = 16 * 1024;
+const MAX_TRAILER_SECTION: usize = 16 * 1024;
 
 /// Where a body stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +42,10 @@ pub struct H1Body {
     state: State,
     /// Whether the connection may carry another exchange once this body has ended.
     reusable: bool,
+    /// The rest of a request body still being sent (the response came first).
+    upload: Option<Box<Upload>>,
+    /// Bytes of chunk-size lines beyond their digits, so far.
+    extension_bytes: usize,
 }
 
 impl H1Body {
@@ -45,6 +53,7 @@ impl H1Body {
         connection: H1Connection,
         framing: ResponseFraming,
         reusable: bool,
+        upload: Option<Box<Upload>>,
     ) -> H1Body {
         let state = match framing {
             ResponseFraming::Length(0) => State::Done,
@@ -56,6 +65,8 @@ impl H1Body {
             connection: Some(connection),
             state,
             reusable: reusable && framing != ResponseFraming::UntilClose,
+            upload,
+            extension_bytes: 0,
         }
     }
 
@@ -74,6 +85,12 @@ impl H1Body {
         let Some(connection) = self.connection.as_mut() else {
             return Poll::Ready(None);
         };
+        if let Some(upload) = self.upload.as_mut() {
+            if let Poll::Ready(sent) = upload.poll(connection, cx) {
+                sent?;
+                self.upload = None;
+            }
+        }
         loop {
             let buffered = connection.read.len();
             match self.state {
@@ -96,7 +113,18 @@ impl H1Body {
                 }
                 State::ChunkSize => {
                     if let Some(end) = memchr::memchr(b'\n', &connection.read) {
-                        let size = chunk_size(&connection.read[..=end])?;
+                        if end >= MAX_CHUNK_LINE {
+                            return Poll::Ready(Some(Err(H1Error::Malformed(
+                                "a chunk-size line is too long",
+                            ))));
+                        }
+                        let (size, extension) = chunk_size(&connection.read[..=end])?;
+                        self.extension_bytes += extension;
+                        if self.extension_bytes > MAX_CHUNK_EXTENSIONS {
+                            return Poll::Ready(Some(Err(H1Error::Malformed(
+                                "the chunk extensions are too long",
+                            ))));
+                        }
                         connection.read.advance(end + 1);
                         self.state = if size == 0 {
                             State::Trailers
@@ -121,6 +149,11 @@ impl H1Body {
                     self.state = State::ChunkSize;
                     continue;
                 }
+                State::Trailers if connection.read.starts_with(b"\n") => {
+                    return Poll::Ready(Some(Err(H1Error::Malformed(
+                        "a bare line feed ends the chunked body",
+                    ))));
+                }
                 State::Trailers if connection.read.starts_with(b"\r\n") => {
                     connection.read.advance(2);
                     self.state = State::Done;
@@ -133,8 +166,10 @@ impl H1Body {
                         self.state = State::Done;
                         return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
                     }
-                    if buffered >= MAX_RESPONSE_HEAD_BYTES {
-                        return Poll::Ready(Some(Err(H1Error::HeadTooLarge)));
+                    if buffered >= MAX_TRAILER_SECTION {
+                        return Poll::Ready(Some(Err(H1Error::Malformed(
+                            "the trailer section is too long",
+                        ))));
                     }
                 }
                 _ => {}
@@ -153,9 +188,9 @@ impl H1Body {
     }
 }
 
-/// The size in a chunk-size line (`1a;name=value\r\n`): hexadecimal digits, then optional
-/// whitespace and extensions (ignored), then CRLF.
-fn chunk_size(line: &[u8]) -> Result<u64, H1Error> {
+/// The size in a chunk-size line (`1a;name=value\r\n`) and the length of what follows its digits:
+/// hexadecimal digits, then optional spaces or tabs and extensions (ignored), then CRLF.
+fn chunk_size(line: &[u8]) -> Result<(u64, usize), H1Error> {
     let malformed = || H1Error::Malformed("a chunk-size line does not parse");
     let line = line.strip_suffix(b"\r\n").ok_or_else(malformed)?;
     let digits = line
@@ -165,14 +200,18 @@ fn chunk_size(line: &[u8]) -> Result<u64, H1Error> {
     if digits == 0 || digits > 16 {
         return Err(malformed());
     }
-    let rest = line[digits..].trim_ascii_start();
-    if !(rest.is_empty() || rest.starts_with(b";"))
-        || rest.iter().any(|b| b.is_ascii_control() && *b != b'\t')
-    {
+    let after = &line[digits..];
+    let rest = after
+        .iter()
+        .position(|byte| *byte != b' ' && *byte != b'\t')
+        .map_or(&[][..], |start| &after[start..]);
+    let control = |byte: &u8| byte.is_ascii_control() && *byte != b'\t';
+    if !(rest.is_empty() || rest.starts_with(b";")) || rest.iter().any(control) {
         return Err(malformed());
     }
     let text = std::str::from_utf8(&line[..digits]).map_err(|_| malformed())?;
-    u64::from_str_radix(text, 16).map_err(|_| malformed())
+    let size = u64::from_str_radix(text, 16).map_err(|_| malformed())?;
+    Ok((size, after.len()))
 }
 
 impl Body for H1Body {
@@ -229,7 +268,7 @@ mod tests {
                 std::future::pending::<()>().await;
             }
         });
-        let mut body = H1Body::new(H1Connection::new(ours), framing, true);
+        let mut body = H1Body::new(H1Connection::new(ours), framing, true, None);
         let mut data = Vec::new();
         let mut trailers = None;
         while let Some(frame) = body.frame().await {
@@ -285,6 +324,10 @@ mod tests {
             b"5\nhello\r\n0\r\n\r\n",
             b"11111111111111111\r\n",
             b"5 x\r\nhello\r\n0\r\n\r\n",
+            b"5\r\r\nhello\r\n0\r\n\r\n",
+            b"5\x0c\r\nhello\r\n0\r\n\r\n",
+            b"5\r\nhello\r\n0\r\n\n",
+            b"5\r\nhello\r\n0\r\nX: 1\n\nJUNK\r\n\r\n",
         ] {
             let (read, _) = read_body(ResponseFraming::Chunked, sent, true).await;
             assert!(

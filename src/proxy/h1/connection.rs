@@ -1,11 +1,13 @@
 //! One upstream connection and its exchange: the request's head and body written (head and first
 //! data in one write where they are ready together), the response head read, 1xx heads skipped.
-//! A response that starts before the request body is all sent ends the sending: the response is
-//! read, and the connection is not used again.
+//! A final response that arrives before the request body is all sent is answered at once: an
+//! error status (4xx, 5xx) ends the sending, any other lets the rest of the body go on being sent
+//! beside the response's body (as an upstream streaming its answer to an upload expects). Either
+//! way the connection is not used again.
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future as _};
 use std::io::IoSlice;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf as _, Bytes, BytesMut};
@@ -14,7 +16,10 @@ use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::body::H1Body;
-use super::head::{parse_head, response_framing, FieldSpans, Parsed, ResponseHead};
+use super::head::{
+    normalize_content_length, parse_head, peek_head, response_framing, FieldSpans, Parsed, Peeked,
+    ResponseHead,
+};
 use super::request::{chunk_start, chunked_end, encode_head, frame_request, RequestFraming};
 use super::{H1Error, MAX_RESPONSE_HEAD_BYTES};
 use crate::body::RequestBody;
@@ -42,8 +47,27 @@ pub struct H1Connection {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sent {
     Whole,
-    /// A final response head arrived first; the rest of the body was not sent.
-    CutShortByResponse,
+    /// A final response head (or the end of the connection) arrived first.
+    ResponseFirst,
+}
+
+/// The rest of a request body, sent while its response is read.
+pub(super) struct Upload {
+    sending: Sending,
+    body: RequestBody,
+}
+
+impl Upload {
+    /// Sends what it can: ready once the body is all sent.
+    pub(super) fn poll(
+        &mut self,
+        connection: &mut H1Connection,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), H1Error>> {
+        self.sending
+            .poll(connection, &mut self.body, cx, false)
+            .map_ok(|_| ())
+    }
 }
 
 impl H1Connection {
@@ -60,7 +84,11 @@ impl H1Connection {
     /// waiting: a pooled connection is checked so before it is lent.
     pub fn is_closed(&mut self) -> bool {
         let mut cx = Context::from_waker(Waker::noop());
-        !matches!(self.poll_read_more(&mut cx), Poll::Pending)
+        // Outside tokio's task budget: a spent budget would make a closed socket look open.
+        let mut look = pin!(tokio::task::unconstrained(poll_fn(|cx| {
+            Poll::Ready(self.poll_read_more(cx))
+        })));
+        !matches!(look.as_mut().poll(&mut cx), Poll::Ready(Poll::Pending))
     }
 
     /// Reads what the upstream has sent into `read`: the number of bytes, 0 at its end.
@@ -79,13 +107,19 @@ impl H1Connection {
         mut self,
         request: Request<RequestBody>,
     ) -> Result<Response<H1Body>, H1Error> {
-        let (mut parts, body) = request.into_parts();
+        let (mut parts, mut body) = request.into_parts();
         let framing = frame_request(&mut parts, &body);
         self.write.clear();
         encode_head(&mut self.write, &parts);
-        let sent = self.send_body(body, framing).await?;
-        let head = self.read_head().await?;
+        let mut sending = Sending::new(framing);
+        let sent = poll_fn(|cx| sending.poll(&mut self, &mut body, cx, true)).await?;
+        let mut head = self.read_head().await?;
         let framing = response_framing(&head, &parts.method)?;
+        normalize_content_length(&mut head.headers);
+        let upload = (sent == Sent::ResponseFirst
+            && !head.status.is_client_error()
+            && !head.status.is_server_error())
+        .then(|| Box::new(Upload { sending, body }));
         let reusable = head.keep_alive && sent == Sent::Whole;
         let mut response = Response::new(());
         *response.status_mut() = head.status;
@@ -94,25 +128,7 @@ impl H1Connection {
         if let Some(reason) = head.reason {
             response.extensions_mut().insert(reason);
         }
-        Ok(response.map(|()| H1Body::new(self, framing, reusable)))
-    }
-
-    /// Writes the head already in `write`, then the body framed by `framing`, watching for a
-    /// response that comes first.
-    async fn send_body(
-        &mut self,
-        mut body: RequestBody,
-        framing: RequestFraming,
-    ) -> Result<Sent, H1Error> {
-        let mut sending = Sending {
-            framing,
-            sent: 0,
-            written: 0,
-            data: Bytes::new(),
-            chunks: 0,
-            ended: matches!(framing, RequestFraming::Length(0)),
-        };
-        poll_fn(|cx| sending.poll(self, &mut body, cx)).await
+        Ok(response.map(|()| H1Body::new(self, framing, reusable, upload)))
     }
 
     /// Reads until a final response head is whole, skipping 1xx heads.
@@ -140,14 +156,16 @@ impl H1Connection {
     }
 
     /// Whether `read` starts with a whole final response head, once any whole 1xx heads
-    /// before it are dropped.
+    /// before it are dropped; a head past the size limit fails.
     fn final_head_arrived(&mut self) -> Result<bool, H1Error> {
         loop {
-            let mut probe = self.read.clone();
-            match parse_head(&mut probe, &mut self.spans)? {
-                Parsed::Informational(length) => self.read.advance(length),
-                Parsed::Final(_) => return Ok(true),
-                Parsed::Partial => return Ok(false),
+            match peek_head(&self.read)? {
+                Peeked::Informational(length) => self.read.advance(length),
+                Peeked::Final { .. } => return Ok(true),
+                Peeked::Partial if self.read.len() >= MAX_RESPONSE_HEAD_BYTES => {
+                    return Err(H1Error::HeadTooLarge)
+                }
+                Peeked::Partial => return Ok(false),
             }
         }
     }
@@ -169,19 +187,34 @@ struct Sending {
 }
 
 impl Sending {
+    fn new(framing: RequestFraming) -> Sending {
+        Sending {
+            framing,
+            sent: 0,
+            written: 0,
+            data: Bytes::new(),
+            chunks: 0,
+            ended: matches!(framing, RequestFraming::Length(0)),
+        }
+    }
+
+    /// Writes the head in the connection's `write` buffer, then the body. With `watch`, it stops
+    /// as soon as a final response head (or the connection's end) arrives.
     fn poll(
         &mut self,
         connection: &mut H1Connection,
         body: &mut RequestBody,
         cx: &mut Context<'_>,
+        watch: bool,
     ) -> Poll<Result<Sent, H1Error>> {
         loop {
-            // A response before the request is all sent: it is read, and the rest not sent.
-            if let Poll::Ready(read) = connection.poll_read_more(cx) {
-                if read? == 0 || connection.final_head_arrived()? {
-                    return Poll::Ready(Ok(Sent::CutShortByResponse));
+            if watch {
+                if let Poll::Ready(read) = connection.poll_read_more(cx) {
+                    if read? == 0 || connection.final_head_arrived()? {
+                        return Poll::Ready(Ok(Sent::ResponseFirst));
+                    }
+                    continue;
                 }
-                continue;
             }
             // The next data goes out in the same write as what is before it, when it is ready.
             let mut body_waits = false;
@@ -219,6 +252,15 @@ impl Sending {
             }
             connection.write.clear();
             self.written = 0;
+            if self.ended || body_waits {
+                // What a TLS stream took but could not yet pass to the socket goes out now, not
+                // when the next write comes (there may be none).
+                match Pin::new(&mut connection.io).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(H1Error::Write(e))),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
             if self.ended {
                 return Poll::Ready(Ok(Sent::Whole));
             }
@@ -267,5 +309,142 @@ impl Sending {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::time::Duration;
+
+    use http_body_util::BodyExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream, ReadBuf};
+
+    use super::*;
+
+    /// Takes every write at once and passes it on only when flushed, as a TLS stream does with
+    /// what its socket cannot yet take.
+    struct HeldUntilFlushed {
+        inner: DuplexStream,
+        held: Vec<u8>,
+    }
+
+    impl AsyncRead for HeldUntilFlushed {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+        }
+    }
+
+    impl AsyncWrite for HeldUntilFlushed {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.get_mut().held.extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            let this = self.get_mut();
+            while !this.held.is_empty() {
+                let written = ready!(Pin::new(&mut this.inner).poll_write(cx, &this.held))?;
+                this.held.drain(..written);
+            }
+            Pin::new(&mut this.inner).poll_flush(cx)
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        }
+    }
+
+    use std::task::ready;
+
+    /// Reads a request head and `body` bytes after it, then answers `answer`.
+    async fn upstream(mut theirs: DuplexStream, body: usize, answer: &'static [u8]) -> Vec<u8> {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let head_end = seen.windows(4).position(|w| w == b"\r\n\r\n");
+            if head_end.is_some_and(|end| seen.len() >= end + 4 + body) {
+                break;
+            }
+            let n = theirs.read(&mut buf).await.expect("reads");
+            assert!(n > 0, "the gateway closed before the whole request");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        theirs.write_all(answer).await.expect("answers");
+        seen
+    }
+
+    fn post(body: Vec<u8>) -> Request<RequestBody> {
+        Request::post("/up")
+            .header("host", "upstream")
+            .body(RequestBody::full(Bytes::from(body)))
+            .expect("request")
+    }
+
+    #[tokio::test]
+    async fn what_a_stream_holds_back_is_flushed_before_the_response_is_awaited() {
+        let (ours, theirs) = tokio::io::duplex(16 * 1024);
+        let seen = tokio::spawn(upstream(
+            theirs,
+            100_000,
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        ));
+        let connection = H1Connection::new(HeldUntilFlushed {
+            inner: ours,
+            held: Vec::new(),
+        });
+        let response = tokio::time::timeout(
+            Duration::from_secs(5),
+            connection.send(post(vec![7u8; 100_000])),
+        )
+        .await
+        .expect("answered: the held bytes were flushed")
+        .expect("exchange");
+        assert_eq!(response.status(), 200);
+        let seen = seen.await.expect("upstream");
+        assert!(seen.starts_with(b"POST /up HTTP/1.1\r\n"));
+        assert!(seen.ends_with(&[7u8; 100_000]));
+    }
+
+    #[tokio::test]
+    async fn a_chunked_body_goes_out_framed_through_a_narrow_pipe_and_interim_heads_are_skipped() {
+        let (ours, theirs) = tokio::io::duplex(64);
+        let frames =
+            futures_util::stream::iter([&b"hello "[..], b"", b"chunked ", b"world"].map(|piece| {
+                Ok::<_, crate::body::BoxError>(http_body::Frame::data(Bytes::from_static(piece)))
+            }));
+        let body = RequestBody::unlimited(http_body_util::StreamBody::new(frames).boxed());
+        let request = Request::post("/up").body(body).expect("request");
+        let expected: &[u8] = b"6\r\nhello \r\n8\r\nchunked \r\n5\r\nworld\r\n0\r\n\r\n";
+        let seen = tokio::spawn(upstream(
+            theirs,
+            expected.len(),
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n",
+        ));
+        let response = tokio::time::timeout(
+            Duration::from_secs(5),
+            H1Connection::new(ours).send(request),
+        )
+        .await
+        .expect("answered")
+        .expect("exchange");
+        assert_eq!(response.status(), 201);
+        let seen = seen.await.expect("upstream");
+        let head_end = seen
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("head")
+            + 4;
+        let head = String::from_utf8_lossy(&seen[..head_end]).to_lowercase();
+        assert!(head.contains("transfer-encoding: chunked\r\n"), "{head}");
+        assert_eq!(&seen[head_end..], expected);
     }
 }

@@ -66,7 +66,7 @@ pub fn parse_head(buffer: &mut BytesMut, spans: &mut FieldSpans) -> Result<Parse
         Err(_) => return Err(H1Error::Malformed("the response head does not parse")),
     };
     let code = response.code.unwrap_or_default();
-    if (100..200).contains(&code) && code != 101 {
+    if is_informational(code) {
         return Ok(Parsed::Informational(length));
     }
     let status = StatusCode::from_u16(code)
@@ -143,27 +143,83 @@ pub fn last_coding_is_chunked(headers: &HeaderMap) -> bool {
         .is_some_and(|coding| coding.eq_ignore_ascii_case(b"chunked"))
 }
 
-/// The `Content-Length` of `headers`: none, one value (however often repeated), or an error for
-/// a value that is not a number or values that differ.
+/// The `Content-Length` of `headers`: none, one value (however often repeated, alone or in a
+/// list), or an error for an element that is empty or not a number, or values that differ.
 pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ()> {
     let mut found: Option<u64> = None;
-    for token in list_tokens(headers, &header::CONTENT_LENGTH) {
-        if !token.iter().all(u8::is_ascii_digit) || token.len() > 19 {
-            return Err(());
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for element in value.as_bytes().split(|byte| *byte == b',') {
+            let digits = element.trim_ascii();
+            if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+                return Err(());
+            }
+            let number = std::str::from_utf8(digits)
+                .ok()
+                .and_then(|text| text.parse::<u64>().ok())
+                .ok_or(())?;
+            match found {
+                Some(earlier) if earlier != number => return Err(()),
+                _ => found = Some(number),
+            }
         }
-        let value = std::str::from_utf8(token)
-            .ok()
-            .and_then(|text| text.parse::<u64>().ok())
-            .ok_or(())?;
-        match found {
-            Some(earlier) if earlier != value => return Err(()),
-            _ => found = Some(value),
-        }
-    }
-    if found.is_none() && headers.contains_key(header::CONTENT_LENGTH) {
-        return Err(());
     }
     Ok(found)
+}
+
+/// Replaces a `Content-Length` given as a list or more than once (`5, 5`) by its one number, so
+/// that the client reads the number alone.
+pub fn normalize_content_length(headers: &mut HeaderMap) {
+    let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
+    let listed = match (values.next(), values.next()) {
+        (Some(only), None) => only.as_bytes().contains(&b','),
+        (Some(_), Some(_)) => true,
+        (None, _) => false,
+    };
+    if listed {
+        if let Ok(Some(length)) = content_length(headers) {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+        }
+    }
+}
+
+/// What kind of head the start of a buffer holds, without taking it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Peeked {
+    Partial,
+    /// A whole 1xx head of this many bytes.
+    Informational(usize),
+    Final {
+        /// An error status (4xx or 5xx).
+        error: bool,
+    },
+}
+
+/// Looks at the head at the start of `buffer` in place.
+pub fn peek_head(buffer: &[u8]) -> Result<Peeked, H1Error> {
+    let mut fields =
+        [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
+    let mut response = httparse::Response::new(&mut []);
+    match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut response,
+        buffer,
+        &mut fields,
+    ) {
+        Ok(httparse::Status::Complete(length)) => {
+            let code = response.code.unwrap_or_default();
+            Ok(if is_informational(code) {
+                Peeked::Informational(length)
+            } else {
+                Peeked::Final { error: code >= 400 }
+            })
+        }
+        Ok(httparse::Status::Partial) => Ok(Peeked::Partial),
+        Err(_) => Err(H1Error::Malformed("the response head does not parse")),
+    }
+}
+
+/// 1xx heads other than 101 are interim: the final head follows them.
+fn is_informational(code: u16) -> bool {
+    (100..200).contains(&code) && code != 101
 }
 
 /// How the body after `head` is delimited, for a request of `method` (RFC 9112 §6.3). A response
@@ -207,11 +263,12 @@ pub fn response_framing(head: &ResponseHead, method: &Method) -> Result<Response
     }
 }
 
-/// Parses the trailer section of a chunked body, the empty line that ends it included.
+/// Parses the trailer section of a chunked body, the empty line that ends it included; every
+/// byte of it must belong to a field.
 pub fn parse_trailers(section: &[u8]) -> Result<HeaderMap, H1Error> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
     match httparse::parse_headers(section, &mut fields) {
-        Ok(httparse::Status::Complete((_, parsed))) => {
+        Ok(httparse::Status::Complete((used, parsed))) if used == section.len() => {
             let mut trailers = HeaderMap::with_capacity(parsed.len());
             for field in parsed {
                 let name = HeaderName::from_bytes(field.name.as_bytes())
@@ -381,5 +438,38 @@ mod tests {
         assert_eq!(trailers["checksum"], "abc");
         assert_eq!(trailers["x-b"], "2");
         assert!(parse_trailers(b"no colon\r\n\r\n").is_err());
+        assert!(parse_trailers(b"X: 1\n\nJUNK\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn content_length_lists_need_every_element_and_are_made_one_number() {
+        let mut headers = HeaderMap::new();
+        for refused in ["5,", ",5", "5,,5", " ", "5 5"] {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static(refused));
+            assert_eq!(content_length(&headers), Err(()), "{refused}");
+        }
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5, 5"));
+        headers.append(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+        assert_eq!(content_length(&headers), Ok(Some(5)));
+        normalize_content_length(&mut headers);
+        assert_eq!(headers.get_all(header::CONTENT_LENGTH).iter().count(), 1);
+        assert_eq!(headers[header::CONTENT_LENGTH], "5");
+    }
+
+    #[test]
+    fn a_peek_tells_interim_final_and_error_heads_apart_without_taking_them() {
+        assert_eq!(
+            peek_head(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 2").ok(),
+            Some(Peeked::Informational(25))
+        );
+        assert_eq!(
+            peek_head(b"HTTP/1.1 200 OK\r\n\r\n").ok(),
+            Some(Peeked::Final { error: false })
+        );
+        assert_eq!(
+            peek_head(b"HTTP/1.1 413 Too Large\r\n\r\n").ok(),
+            Some(Peeked::Final { error: true })
+        );
+        assert_eq!(peek_head(b"HTTP/1.1 200 O").ok(), Some(Peeked::Partial));
     }
 }

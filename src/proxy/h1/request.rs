@@ -19,7 +19,8 @@ pub enum RequestFraming {
 }
 
 /// Decides the framing of `body` under `parts`' headers, setting `Content-Length` or
-/// `Transfer-Encoding` as it needs: a body that has ended is sent as nothing; a
+/// `Transfer-Encoding` as it needs: a body that has ended is sent as nothing (under its
+/// `Content-Length`, which the sending then checks); a
 /// `Transfer-Encoding` present makes it chunked (and `Content-Length` goes); a valid
 /// `Content-Length` present is kept; a body of known size gets its `Content-Length`; any other
 /// body is chunked, except on GET, HEAD and CONNECT, which are sent without one.
@@ -27,6 +28,11 @@ pub fn frame_request(parts: &mut Parts, body: &RequestBody) -> RequestFraming {
     let headers = &mut parts.headers;
     if body.is_end_stream() {
         headers.remove(header::TRANSFER_ENCODING);
+        // A `Content-Length` that promises bytes an ended body does not have is kept, so that the
+        // sending fails on it rather than the upstream reading the next request as this body.
+        if let Ok(Some(declared)) = content_length(headers) {
+            return RequestFraming::Length(declared);
+        }
         return RequestFraming::Length(0);
     }
     if headers.contains_key(header::TRANSFER_ENCODING) {

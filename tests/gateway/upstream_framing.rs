@@ -2,34 +2,41 @@
 //! extensions and trailers, close-delimited bodies, interim (1xx) responses, bodiless answers
 //! (HEAD, 204, 304), conflicting or broken framing, oversized or malformed heads, bodies cut
 //! short, idle connections the upstream closes, `Connection: close` and HTTP/1.0 answers, request
-//! bodies on their way up, an upstream that never answers, and a large body streamed slowly.
+//! bodies on their way up, answers that come while the request body is still on its way, an
+//! upstream that never answers, and a large body streamed slowly.
 //!
 //! Each test puts the gateway in front of a raw TCP upstream written here, which reads each
 //! request (head and body, by its Content-Length or chunked) and writes exact bytes back, and
 //! counts the connections it accepts: whether the gateway lends a connection again after an
-//! answer is part of reading that answer right. Each gateway has one serving thread, so one pool
-//! of upstream connections whichever client connection a request comes on.
+//! answer is part of reading that answer right. (The early-answer tests use one that answers
+//! after the head alone.) Each gateway has one serving thread, so one pool of upstream
+//! connections whichever client connection a request comes on; only the test of slots shared
+//! between threads has two.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 
 use crate::support::{send, TestGateway};
 
 /// Longest any single exchange may take before the test fails.
 const EXCHANGE_BOUND: Duration = Duration::from_secs(15);
 
-/// A TCP stream with a read buffer, for reading HTTP/1.1 messages piece by piece.
-struct Conn {
-    stream: TcpStream,
+/// A TCP stream (or its read half) with a read buffer, for reading HTTP/1.1 messages piece by
+/// piece.
+struct Conn<S = TcpStream> {
+    stream: S,
     buffer: Vec<u8>,
 }
 
-impl Conn {
-    fn new(stream: TcpStream) -> Conn {
+impl<S: AsyncRead + Unpin> Conn<S> {
+    fn new(stream: S) -> Conn<S> {
         Conn {
             stream,
             buffer: Vec::new(),
@@ -331,9 +338,10 @@ struct ClientGot {
     body: Vec<u8>,
 }
 
-/// A raw HTTP/1.1 client on one keep-alive connection to the gateway.
-struct RawClient {
-    conn: Conn,
+/// A raw HTTP/1.1 client on one keep-alive connection to the gateway (or on its read half, the
+/// write half with a task of its own).
+struct RawClient<S = TcpStream> {
+    conn: Conn<S>,
 }
 
 impl RawClient {
@@ -365,7 +373,9 @@ impl RawClient {
         self.exchange(format!("GET {path} HTTP/1.1\r\nhost: gateway\r\n\r\n").as_bytes())
             .await
     }
+}
 
+impl<S: AsyncRead + Unpin> RawClient<S> {
     async fn read_response(&mut self, head_request: bool) -> Result<ClientGot, String> {
         let mut interim = Vec::new();
         loop {
@@ -1023,4 +1033,333 @@ async fn a_body_over_1_mib_streamed_in_pieces_with_pauses_arrives_intact() {
         assert!(got.body == body, "{i}: the body arrived changed");
     }
     assert_eq!(upstream.accepted(), 1);
+}
+
+/// A raw TCP upstream that hands each connection it accepts, with its number (0 for the first),
+/// to `serve`, which reads and writes as it likes: unlike [`RawUpstream`] it can answer while a
+/// request body is still arriving.
+struct LiveUpstream {
+    url: String,
+    accepted: Arc<AtomicUsize>,
+}
+
+impl LiveUpstream {
+    async fn start<F, Fut>(serve: F) -> LiveUpstream
+    where
+        F: Fn(Conn, usize) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let connection = counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(serve(Conn::new(stream), connection));
+            }
+        });
+        LiveUpstream { url, accepted }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+/// A client connection to `gw` whose request (`head`, then `body` in pieces of `piece` bytes,
+/// `pause` after each) is written by a task of its own while the response is read. The task
+/// counts the body bytes written, stops at the first failed write, and returns the write half,
+/// so the connection is not half-closed when the body is all sent.
+async fn upload_slowly(
+    gw: &TestGateway,
+    head: String,
+    body: Vec<u8>,
+    piece: usize,
+    pause: Duration,
+) -> (
+    RawClient<OwnedReadHalf>,
+    Arc<AtomicUsize>,
+    JoinHandle<OwnedWriteHalf>,
+) {
+    let stream = TcpStream::connect(gw.addr)
+        .await
+        .expect("connect to gateway");
+    let (read, mut write) = stream.into_split();
+    let written = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&written);
+    let writer = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_err() {
+            return write;
+        }
+        for data in body.chunks(piece) {
+            if write.write_all(data).await.is_err() {
+                break;
+            }
+            counter.fetch_add(data.len(), Ordering::SeqCst);
+            tokio::time::sleep(pause).await;
+        }
+        write
+    });
+    let client = RawClient {
+        conn: Conn::new(read),
+    };
+    (client, written, writer)
+}
+
+/// What the upstream of the early-error test saw on one connection.
+#[derive(Debug, Default)]
+struct EarlySeen {
+    /// Request lines, in order.
+    requests: Vec<String>,
+    /// Bytes read after answering the upload early (the body's beginning, and anything after).
+    after_answer: Vec<u8>,
+    /// Whether the gateway closed the connection.
+    closed: bool,
+}
+
+#[tokio::test]
+async fn an_early_error_answer_stops_the_upload_and_its_connection_is_not_reused() {
+    const SIZE: usize = 1024 * 1024;
+    let seen: Arc<Mutex<Vec<EarlySeen>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    let upstream = LiveUpstream::start(move |mut conn, connection| {
+        let log = Arc::clone(&log);
+        async move {
+            let record = |f: &dyn Fn(&mut EarlySeen)| {
+                let mut seen = log.lock().expect("log");
+                if seen.len() <= connection {
+                    seen.resize_with(connection + 1, EarlySeen::default);
+                }
+                f(&mut seen[connection]);
+            };
+            while let Some(head) = conn.read_until(b"\r\n\r\n").await {
+                let head = Head::parse(&head);
+                record(&|seen| seen.requests.push(head.start.clone()));
+                if head.start.starts_with("POST ") {
+                    // Only the head read: the answer goes out at once, then whatever comes is
+                    // read and kept aside, never answered, until the gateway closes.
+                    let answer =
+                        b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n\r\ntoo big!";
+                    if conn.stream.write_all(answer).await.is_err() {
+                        break;
+                    }
+                    loop {
+                        let rest = std::mem::take(&mut conn.buffer);
+                        record(&|seen| seen.after_answer.extend_from_slice(&rest));
+                        if !conn.fill().await {
+                            break;
+                        }
+                    }
+                    break;
+                }
+                let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nnext";
+                if conn.stream.write_all(answer).await.is_err() {
+                    break;
+                }
+            }
+            record(&|seen| seen.closed = true);
+        }
+    })
+    .await;
+    let gw = TestGateway::builder(&plain_route(&upstream.url, ""))
+        .server_options("workers = 1")
+        .start()
+        .await;
+
+    // 64 KiB every 200 ms: the whole megabyte would take over 3 s.
+    let head =
+        format!("POST /plain/up HTTP/1.1\r\nhost: gateway\r\ncontent-length: {SIZE}\r\n\r\n");
+    let (mut client, written, writer) = upload_slowly(
+        &gw,
+        head,
+        pattern(SIZE, 21),
+        64 * 1024,
+        Duration::from_millis(200),
+    )
+    .await;
+    let got = tokio::time::timeout(EXCHANGE_BOUND, client.read_response(false))
+        .await
+        .expect("an answer in time")
+        .expect("a whole answer");
+    let written_then = written.load(Ordering::SeqCst);
+    println!("413 after {written_then} of {SIZE} body bytes written");
+    assert_eq!(got.status, 413, "{got:?}");
+    assert_eq!(got.body, b"too big!");
+    assert!(
+        written_then <= SIZE / 2,
+        "the early answer came only after {written_then} of {SIZE} bytes were sent"
+    );
+
+    // The gateway stops sending and closes that connection: it is never lent again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !seen.lock().expect("log").first().is_some_and(|s| s.closed) {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway kept the answered upload's connection open"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut next = RawClient::connect(&gw).await;
+    let got = next.get("/plain/next").await.expect("answered");
+    assert_eq!((got.status, &got.body[..]), (200, &b"next"[..]), "{got:?}");
+    assert_eq!(
+        upstream.accepted(),
+        2,
+        "the next request came on a new connection"
+    );
+
+    let seen = seen.lock().expect("log");
+    println!(
+        "the upload's connection carried {} body bytes after the answer",
+        seen[0].after_answer.len()
+    );
+    assert_eq!(seen[0].requests, ["POST /plain/up HTTP/1.1"]);
+    assert!(
+        seen[0].after_answer.len() < SIZE,
+        "the whole body went up after the 413"
+    );
+    assert!(
+        !seen[0]
+            .after_answer
+            .windows(b"/plain/next".len())
+            .any(|w| w == b"/plain/next"),
+        "the next request was written on the upload's connection"
+    );
+    assert_eq!(seen[1].requests, ["GET /plain/next HTTP/1.1"]);
+    writer.abort();
+}
+
+#[tokio::test]
+async fn an_early_success_answer_lets_the_upload_go_on_beside_it() {
+    const SIZE: usize = 256 * 1024;
+    let requests: Arc<Mutex<Vec<(usize, String)>>> = Arc::default();
+    let log = Arc::clone(&requests);
+    let upstream = LiveUpstream::start(move |mut conn, connection| {
+        let log = Arc::clone(&log);
+        async move {
+            while let Some(head) = conn.read_until(b"\r\n\r\n").await {
+                let head = Head::parse(&head);
+                log.lock()
+                    .expect("log")
+                    .push((connection, head.start.clone()));
+                let Some(length) = head.get("content-length") else {
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nnext";
+                    if conn.stream.write_all(answer).await.is_err() {
+                        return;
+                    }
+                    continue;
+                };
+                // The head of a streamed answer before any of the body is read; its one chunk
+                // says how much of the body came, once all of it has.
+                let length: usize = length.parse().expect("a numeric length");
+                let answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+                if conn.stream.write_all(answer).await.is_err() {
+                    return;
+                }
+                let Ok(body) = conn.read_exact(length).await else {
+                    return;
+                };
+                let text = format!("{} {}", body.len(), byte_sum(&body));
+                let chunk = format!("{:x}\r\n{text}\r\n0\r\n\r\n", text.len());
+                if conn.stream.write_all(chunk.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    let gw = TestGateway::builder(&plain_route(&upstream.url, ""))
+        .server_options("workers = 1")
+        .start()
+        .await;
+
+    let body = pattern(SIZE, 22);
+    let expected = format!("{SIZE} {}", byte_sum(&body));
+    let head =
+        format!("POST /plain/stream HTTP/1.1\r\nhost: gateway\r\ncontent-length: {SIZE}\r\n\r\n");
+    let (mut client, written, writer) =
+        upload_slowly(&gw, head, body, 16 * 1024, Duration::from_millis(20)).await;
+    let got = tokio::time::timeout(EXCHANGE_BOUND, client.read_response(false))
+        .await
+        .expect("an answer in time")
+        .expect("a whole answer");
+    assert_eq!(got.status, 200, "{got:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&got.body),
+        expected,
+        "the upstream got the whole body after it answered"
+    );
+    assert_eq!(written.load(Ordering::SeqCst), SIZE);
+    drop(writer.await.expect("the writer"));
+
+    // A connection whose answer came before the body was all sent is not lent again.
+    let got = RawClient::connect(&gw)
+        .await
+        .get("/plain/next")
+        .await
+        .expect("answered");
+    assert_eq!((got.status, &got.body[..]), (200, &b"next"[..]), "{got:?}");
+    assert_eq!(
+        *requests.lock().expect("log"),
+        [
+            (0, "POST /plain/stream HTTP/1.1".to_owned()),
+            (1, "GET /plain/next HTTP/1.1".to_owned()),
+        ]
+    );
+    assert_eq!(upstream.accepted(), 2);
+}
+
+/// The sum of `bytes`, mod 2^32: a check that the body arrived as sent.
+fn byte_sum(bytes: &[u8]) -> u32 {
+    bytes
+        .iter()
+        .fold(0u32, |sum, byte| sum.wrapping_add(u32::from(*byte)))
+}
+
+// Each serving thread has its own pool of idle upstream connections, but the slots of an
+// upstream's `max_upstream_connections` are shared by all of them. An idle connection the
+// upstream closed still holds its slot until the thread that pooled it drops it: when that thread
+// sweeps its pool (once a second) or next takes a connection from it. With one slot and two
+// threads taking turns, a thread that only dropped such connections when it next used its pool
+// would leave the other thread waiting out `upstream_connection_wait` (then a 503
+// `upstream-busy`) for a slot held by a dead connection.
+
+#[tokio::test]
+async fn idle_connections_the_upstream_closed_give_their_slot_back_to_other_threads() {
+    let upstream = RawUpstream::start(|_| Answer {
+        pieces: vec![b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec()],
+        pause: Duration::ZERO,
+        // Keep-alive as far as the answer says; closed 100 ms later.
+        then: Then::CloseAfter(Duration::from_millis(100)),
+    })
+    .await;
+    let gw = TestGateway::builder(&plain_route(
+        &upstream.url,
+        "max_upstream_connections = 1\n",
+    ))
+    .server_options("workers = 2\nupstream_connection_wait = \"3s\"")
+    .start()
+    .await;
+    for i in 0..8 {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        // A new client connection each time: the two serving threads take them in turn.
+        let started = Instant::now();
+        let got = RawClient::connect(&gw)
+            .await
+            .get(&format!("/plain/{i}"))
+            .await
+            .unwrap_or_else(|e| panic!("{i}: {e}"));
+        println!("{i}: {} after {:?}", got.status, started.elapsed());
+        assert_eq!(got.status, 200, "{i}: {got:?}");
+        assert_eq!(got.body, b"ok", "{i}");
+    }
+    assert_eq!(upstream.saw().len(), 8);
+    assert_eq!(
+        upstream.accepted(),
+        8,
+        "each connection was closed after one answer"
+    );
 }

@@ -1,8 +1,10 @@
 //! A real HTTP/1.1 upstream that records every request it receives (headers, body size, arrival
 //! and completion times) and answers according to a configured behaviour.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -55,6 +57,9 @@ pub struct Abandoned {
     pub target: String,
     pub fence: Option<u64>,
     pub arrived: Instant,
+    /// The first time the upstream saw the connection closed: when another request arrived and
+    /// found it closed in the kernel, or else when its handler was dropped. Later arrivals
+    /// therefore never carry an earlier instant than this, whichever task ran first.
     pub torn_down: Instant,
 }
 
@@ -67,6 +72,53 @@ struct Records {
     seen: Mutex<Vec<Seen>>,
     abandoned: Mutex<Vec<Abandoned>>,
     in_flight: std::sync::atomic::AtomicUsize,
+    /// The connections of requests being handled, by request, to look at when another arrives.
+    open: Mutex<HashMap<u64, OpenRequest>>,
+    next_request: AtomicU64,
+}
+
+/// A request being handled: a second handle on its connection's socket, and when the upstream
+/// first found that connection closed.
+struct OpenRequest {
+    socket: Arc<std::net::TcpStream>,
+    closed_seen: Option<Instant>,
+    target: String,
+    fence: Option<u64>,
+    arrived: Instant,
+}
+
+impl OpenRequest {
+    fn abandoned(&self, torn_down: Instant) -> Abandoned {
+        Abandoned {
+            target: self.target.clone(),
+            fence: self.fence,
+            arrived: self.arrived,
+            torn_down,
+        }
+    }
+}
+
+impl Records {
+    /// Marks every handled request whose connection the kernel already holds closed (end of
+    /// stream or reset). Called before a new arrival is timed, so that the order of two
+    /// connections' events is the order the kernel got them in, not the order in which the
+    /// upstream's tasks happened to run.
+    fn see_closed_connections(&self) {
+        let Ok(mut open) = self.open.lock() else {
+            return;
+        };
+        let now = Instant::now();
+        for request in open.values_mut().filter(|r| r.closed_seen.is_none()) {
+            let closed = match request.socket.peek(&mut [0u8; 1]) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+            };
+            if closed {
+                request.closed_seen = Some(now);
+            }
+        }
+    }
 }
 
 pub struct RecordingUpstream {
@@ -88,11 +140,17 @@ impl RecordingUpstream {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                let Ok((stream, socket)) = with_second_handle(stream) else {
+                    continue;
+                };
                 let shared = Arc::clone(&shared);
                 tokio::spawn(async move {
                     let service = service_fn(move |request| {
                         let shared = Arc::clone(&shared);
-                        async move { Ok::<_, Infallible>(answer(request, behavior, shared).await) }
+                        let socket = Arc::clone(&socket);
+                        async move {
+                            Ok::<_, Infallible>(answer(request, behavior, shared, socket).await)
+                        }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
@@ -109,14 +167,19 @@ impl RecordingUpstream {
 
     /// Requests being handled right now.
     pub fn in_flight(&self) -> usize {
-        self.records
-            .in_flight
-            .load(std::sync::atomic::Ordering::SeqCst)
+        self.records.in_flight.load(Ordering::SeqCst)
     }
 
-    /// Requests whose handling was cut short by the client going away.
+    /// Requests whose handling was cut short by the client going away: their handler was
+    /// dropped, or a later arrival found their connection closed while the handler still ran.
     pub fn abandoned(&self) -> Vec<Abandoned> {
-        self.records.abandoned.lock().expect("record lock").clone()
+        let mut abandoned = self.records.abandoned.lock().expect("record lock").clone();
+        let open = self.records.open.lock().expect("record lock");
+        abandoned.extend(
+            open.values()
+                .filter_map(|r| r.closed_seen.map(|closed| r.abandoned(closed))),
+        );
+        abandoned
     }
 
     pub fn url(&self) -> String {
@@ -136,6 +199,16 @@ impl RecordingUpstream {
     }
 }
 
+/// The accepted stream and a second handle on its socket (same kernel socket, non-blocking),
+/// dropped with the connection's task.
+fn with_second_handle(
+    stream: tokio::net::TcpStream,
+) -> std::io::Result<(tokio::net::TcpStream, Arc<std::net::TcpStream>)> {
+    let stream = stream.into_std()?;
+    let socket = Arc::new(stream.try_clone()?);
+    Ok((tokio::net::TcpStream::from_std(stream)?, socket))
+}
+
 impl Drop for RecordingUpstream {
     fn drop(&mut self) {
         self.task.abort();
@@ -146,25 +219,23 @@ impl Drop for RecordingUpstream {
 /// finishes.
 struct InFlight {
     records: Arc<Records>,
-    target: String,
-    fence: Option<u64>,
-    arrived: Instant,
+    id: u64,
     finished: bool,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.records
-            .in_flight
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        if !self.finished {
+        let now = Instant::now();
+        let request = self
+            .records
+            .open
+            .lock()
+            .ok()
+            .and_then(|mut open| open.remove(&self.id));
+        self.records.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if let (false, Some(request)) = (self.finished, request) {
             if let Ok(mut abandoned) = self.records.abandoned.lock() {
-                abandoned.push(Abandoned {
-                    target: self.target.clone(),
-                    fence: self.fence,
-                    arrived: self.arrived,
-                    torn_down: Instant::now(),
-                });
+                abandoned.push(request.abandoned(request.closed_seen.unwrap_or(now)));
             }
         }
     }
@@ -174,25 +245,36 @@ async fn answer(
     request: Request<Incoming>,
     behavior: Behavior,
     records: Arc<Records>,
+    socket: Arc<std::net::TcpStream>,
 ) -> Response<Full<Bytes>> {
+    records.see_closed_connections();
     let arrived = Instant::now();
     let (parts, mut body) = request.into_parts();
-    records
-        .in_flight
-        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let id = records.next_request.fetch_add(1, Ordering::SeqCst);
+    if let Ok(mut open) = records.open.lock() {
+        open.insert(
+            id,
+            OpenRequest {
+                socket,
+                closed_seen: None,
+                target: parts
+                    .uri
+                    .path_and_query()
+                    .map_or("/", |pq| pq.as_str())
+                    .to_owned(),
+                fence: parts
+                    .headers
+                    .get("x-fence")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse().ok()),
+                arrived,
+            },
+        );
+    }
+    records.in_flight.fetch_add(1, Ordering::SeqCst);
     let mut in_flight = InFlight {
         records: Arc::clone(&records),
-        target: parts
-            .uri
-            .path_and_query()
-            .map_or("/", |pq| pq.as_str())
-            .to_owned(),
-        fence: parts
-            .headers
-            .get("x-fence")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse().ok()),
-        arrived,
+        id,
         finished: false,
     };
     let extra_delay = parts

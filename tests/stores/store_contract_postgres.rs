@@ -278,3 +278,169 @@ async fn batchers_on_several_threads_keep_one_keys_marks_consistent() {
     support::contract::closed_store_refuses_on_every_thread(store, "shared").await;
     drop_schema(&schema).await;
 }
+
+/// How the intents table was read so far, as the statistics system has it: scans of the index of
+/// SUBMITTING intents, of the primary key, and sequential scans.
+async fn intent_reads(connection: &mut sqlx::PgConnection, schema: &str) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT idx_scan FROM pg_stat_user_indexes \
+                 WHERE schemaname = $1 AND indexrelname = 'intents_submitting_by_updated'), \
+                (SELECT idx_scan FROM pg_stat_user_indexes \
+                 WHERE schemaname = $1 AND indexrelname = 'intents_pkey'), \
+                (SELECT seq_scan FROM pg_stat_user_tables \
+                 WHERE schemaname = $1 AND relname = 'intents')",
+    )
+    .bind(schema)
+    .fetch_one(connection)
+    .await
+    .expect("read table statistics")
+}
+
+/// Runs `setup` on a new store's schema (autovacuum off for `intents`), then records the outcomes
+/// of the SUBMITTING intents `open-1` … `open-16` at once, and answers how the table was read
+/// meanwhile: (before, after) of [`intent_reads`].
+async fn record_outcomes_after(
+    warm_up: &[&str],
+    setup: &[&str],
+) -> ((i64, i64, i64), (i64, i64, i64)) {
+    use sqlx::Connection as _;
+    let schema = unique_schema();
+    let open = || async {
+        PostgresStore::open(&config(&schema))
+            .await
+            .unwrap_or_else(|e| {
+                panic!("PostgreSQL at {TEST_POSTGRES_URL} is required (scripts/ensure-services.sh starts it): {e}")
+            })
+    };
+    // Opened once for its migrations and closed: their index builds count as sequential scans,
+    // reported when the sessions end.
+    open().await.close().await.expect("close");
+    let mut connection = sqlx::PgConnection::connect(TEST_POSTGRES_URL)
+        .await
+        .expect("connect");
+    let first = [
+        format!("SET search_path = {schema}"),
+        "ALTER TABLE intents SET (autovacuum_enabled = false)".to_owned(),
+    ];
+    for statement in first
+        .iter()
+        .map(String::as_str)
+        .chain(warm_up.iter().copied())
+    {
+        sqlx::query(statement)
+            .execute(&mut connection)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    let store = open().await;
+    let outcome = fencegate::store::StoredOutcome {
+        status: 200,
+        headers: Vec::new(),
+        body: bytes::Bytes::from_static(b"ok"),
+        body_complete: true,
+    };
+    if !warm_up.is_empty() {
+        // Every session of the store plans the statement on the table as it is now (more than
+        // five runs each, after which PostgreSQL may keep a generic plan).
+        for round in 0..64 {
+            let key = format!("warm-{round}");
+            sqlx::query(
+                "INSERT INTO intents VALUES ($1, 'payouts', 1, 'fp', 'SUBMITTING', 'a', 0, 0, 0, \
+                 4000000000000, NULL)",
+            )
+            .bind(&key)
+            .execute(&mut connection)
+            .await
+            .expect("insert a warm-up intent");
+            let _ = store.complete(&key, outcome.clone(), 6_000_000).await;
+        }
+        // Until the store's sessions have reported those statements (within about ten seconds
+        // of going idle), the counts move on their own.
+        let mut last = intent_reads(&mut connection, &schema).await;
+        let mut still = std::time::Instant::now();
+        while still.elapsed() < std::time::Duration::from_secs(11) {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            let now = intent_reads(&mut connection, &schema).await;
+            if now != last {
+                (last, still) = (now, std::time::Instant::now());
+            }
+        }
+    }
+    for statement in setup {
+        sqlx::query(statement)
+            .execute(&mut connection)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    let before = intent_reads(&mut connection, &schema).await;
+    let completed = futures_util::future::join_all(
+        (1..=16).map(|n| store.complete(&format!("open-{n}"), outcome.clone(), 6_000_000)),
+    )
+    .await;
+    // The store's sessions report their statistics within seconds of going idle: wait until
+    // the key lookups show.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let after = loop {
+        let now = intent_reads(&mut connection, &schema).await;
+        if now.1 > before.1 || std::time::Instant::now() > deadline {
+            break now;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    store.close().await.expect("close");
+    drop_schema(&schema).await;
+    assert!(
+        completed.iter().all(|c| matches!(c, Ok(true))),
+        "every outcome recorded: {completed:?}"
+    );
+    assert!(
+        after.1 > before.1,
+        "the outcomes were recorded through the key's index (reads before, after: {before:?}, {after:?})"
+    );
+    (before, after)
+}
+
+const OPEN_INTENTS: &str = "INSERT INTO intents SELECT 'open-' || g, 'payouts', g, 'fp', \
+     'SUBMITTING', 'a' || g, 0, 0, 0, 4000000000000, NULL FROM generate_series(1, 16) AS g";
+const DONE_INTENTS: &str = "INSERT INTO intents SELECT 'done-' || g, 'payouts', g, 'fp', \
+     'COMPLETED', NULL, 0, 0, 0, 4000000000000, '{}' FROM generate_series(1, 20000) AS g";
+
+/// A table that a planner reads whole rather than look 16 keys up in it one by one.
+const SOME_DONE_INTENTS: &str = "INSERT INTO intents SELECT 'done-' || g, 'payouts', g, 'fp', \
+     'COMPLETED', NULL, 0, 0, 0, 4000000000000, '{}' FROM generate_series(1, 1000) AS g";
+
+/// Recording outcomes finds each intent by its key. The index of SUBMITTING intents (for
+/// reconciliation) keeps an entry for every intent that was SUBMITTING until a vacuum, and the
+/// planner, whose statistics count few SUBMITTING intents, chose it for the batched completion:
+/// each batch then read every intent completed since the last vacuum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recording_outcomes_does_not_scan_the_submitting_intents() {
+    let (before, after) = record_outcomes_after(&[], &[
+        DONE_INTENTS,
+        OPEN_INTENTS,
+        "ANALYZE intents",
+        // 5,000 more that went SUBMITTING -> COMPLETED since, without a vacuum.
+        "INSERT INTO intents SELECT 'churn-' || g, 'payouts', g, 'fp', 'SUBMITTING', 'a', 0, 0, \
+         0, 4000000000000, NULL FROM generate_series(1, 5000) AS g",
+        "UPDATE intents SET state = 'COMPLETED', outcome = '{}', attempt = NULL \
+         WHERE key LIKE 'churn-%'",
+    ])
+    .await;
+    assert_eq!(
+        after.0, before.0,
+        "recording outcomes scanned the index of SUBMITTING intents"
+    );
+}
+
+/// The same on a table that grew since its statistics were taken and since the statement was
+/// planned (a new store, or any between two automatic analyses): each session kept the plan it
+/// made for the small table and read all of the table per batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recording_outcomes_does_not_read_the_whole_table() {
+    let (before, after) =
+        record_outcomes_after(&[OPEN_INTENTS, "ANALYZE intents"], &[SOME_DONE_INTENTS]).await;
+    assert_eq!(
+        after.2, before.2,
+        "recording outcomes read the intents table sequentially ({before:?} -> {after:?})"
+    );
+}

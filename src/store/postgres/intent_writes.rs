@@ -22,6 +22,11 @@ use crate::store::StoreError;
 /// record already holds its attempt: an advance whose answer was lost and which was repeated
 /// (`advance.rs`) may have inserted it, and attempts are random, so only that attempt's own
 /// insert can have written it.
+///
+/// The completion says `state <> 'COMPLETED'` (the only other state) rather than `state =
+/// 'SUBMITTING'`: the latter matches the partial index of SUBMITTING intents, which keeps an
+/// entry for every intent that was SUBMITTING since the last vacuum, and the planner, counting
+/// few SUBMITTING intents, scanned all of it for every batch instead of looking each key up.
 const WRITE_SQL: &str = "
 WITH fresh AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[],
@@ -39,7 +44,7 @@ WITH fresh AS (
     UPDATE intents AS i
     SET state = 'COMPLETED', outcome = c.outcome, attempt = NULL, updated_ms = c.now_ms
     FROM unnest($9::text[], $10::text[], $11::bigint[]) AS c(key, outcome, now_ms)
-    WHERE i.key = c.key AND i.state = 'SUBMITTING'
+    WHERE i.key = c.key AND i.state <> 'COMPLETED'
     RETURNING i.key
 )
 SELECT true AS begun, key FROM inserted

@@ -117,7 +117,13 @@ pub async fn migrate(config: &PostgresStoreConfig) -> Result<Vec<String>, StoreE
     result
 }
 
-/// The store's connection options: unqualified table names resolve to fencegate's schema.
+/// The store's connection options: unqualified table names resolve to fencegate's schema, and
+/// sequential scans are a last resort. Every statement of the store names its rows by key (the
+/// batches as arrays of keys); on a table grown since its statistics were taken (a new store,
+/// or between two automatic analyses) the planner read whole tables per batch instead, at a cost
+/// that grew with the table (`tests/stores/store_contract_postgres.rs`,
+/// `recording_outcomes_does_not_read_the_whole_table`). A statement with no index to use still
+/// scans.
 fn connect_options(config: &PostgresStoreConfig) -> Result<PgConnectOptions, StoreError> {
     let options: PgConnectOptions = config.url.parse().map_err(|e| StoreError::Setup {
         backend: BACKEND,
@@ -131,7 +137,10 @@ fn connect_options(config: &PostgresStoreConfig) -> Result<PgConnectOptions, Sto
         detail: format!("store.{}: {}", e.field, e.message),
     })?;
     Ok(options
-        .options([("search_path", config.schema.as_str())])
+        .options([
+            ("search_path", config.schema.as_str()),
+            ("enable_seqscan", "off"),
+        ])
         .log_statements(tracing::log::LevelFilter::Trace))
 }
 

@@ -4,6 +4,7 @@
 #
 #   benches/run.sh                  # ROUNDS (default 3) rounds of SECS (default 5) s per path
 #   FENCEGATE_BIN=path OUT=file benches/run.sh   # another build (e.g. an older commit's), written to file
+#   SCALE_OUT=1 benches/run.sh      # also the scale-out table (benches/scale-out.sh: about 11 minutes more)
 #
 # Each table below is one benches/fenced-writes.sh run: the paths of a table alternate within
 # each round (A B A B) and every figure is the median of the rounds. Needs PostgreSQL, Redis and
@@ -42,6 +43,11 @@ table latency 1 embedded "passthrough fenced-embedded"
 table authority 64 embedded "passthrough held-plain held-watch held-strict"
 # The default logging (info, a JSON access line per request, to a file) against RUST_LOG=error.
 table logging 64 embedded "passthrough logged-passthrough fenced-embedded logged-fenced"
+# 1, 2 and 3 gateway replicas sharing one store (benches/scale-out.sh): long, so only with SCALE_OUT=1.
+if [ "${SCALE_OUT:-}" = 1 ]; then
+  echo "== scale-out: 1, 2 and 3 replicas per store" >&2
+  benches/scale-out.sh >"$work/scale-out.md"
+fi
 
 # One fsync on this disk (the embedded store's durability cost at c=1): 500 O_DSYNC 4 KiB writes
 # in the directory the benchmarks keep their stores in.
@@ -168,6 +174,12 @@ mib_million=$(awk -v b="$bytes_per_key" 'BEGIN {printf "%.0f", b * 1000000 / 104
   echo
   echo "## Ordering (c=64, 10,000 keys)"
   cat "$work/ordering.md"
+  if [ -f "$work/scale-out.md" ]; then
+    echo
+    echo "## Scale-out (1, 2 and 3 replicas sharing one store, c=64)"
+    echo
+    cat "$work/scale-out.md"
+  fi
   echo
   echo "## Lock authority (c=64)"
   echo

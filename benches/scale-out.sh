@@ -9,6 +9,8 @@
 #                                     # KEYS = 10000, HOT_KEYS = 16)
 #   BACKENDS="postgres redis" benches/scale-out.sh   # the row groups (default "postgres redis etcd")
 #   REPLICA_COUNTS="1 2" benches/scale-out.sh        # the replica counts (default "1 2 3")
+#   ORDERINGS=serialize SHAPES=hot benches/scale-out.sh  # only some rows (defaults "none serialize"
+#                                                        # and "spread hot")
 #   SPREAD=partition benches/scale-out.sh  # spread keys split between the replicas (replica r of N
 #                                          # writes keys r, r + N, ...) instead of drawn at random
 #   HOT_TOKENS=clock benches/scale-out.sh  # hot keys get a new, larger token per request too (most
@@ -69,6 +71,8 @@ HOT_KEYS=${HOT_KEYS:-16}
 SPREAD=${SPREAD:-random}
 HOT_TOKENS=${HOT_TOKENS:-same}
 REPLICA_COUNTS=${REPLICA_COUNTS:-"1 2 3"}
+ORDERINGS=${ORDERINGS:-"none serialize"}
+SHAPES=${SHAPES:-"spread hot"}
 BACKENDS=${BACKENDS:-"postgres redis etcd"}
 UPSTREAM_PORT=${UPSTREAM_PORT:-29100}
 GATEWAY_PORT=${GATEWAY_PORT:-28400}
@@ -93,7 +97,7 @@ first_count=${REPLICA_COUNTS%% *}
 last_count=${REPLICA_COUNTS##* }
 
 # The exact settings of this run, as a command line that repeats it.
-echo "command: ROUNDS=$ROUNDS SECS=$SECS CONNS=$CONNS KEYS=$KEYS HOT_KEYS=$HOT_KEYS SPREAD=$SPREAD HOT_TOKENS=$HOT_TOKENS REPLICA_COUNTS=\"$REPLICA_COUNTS\" BACKENDS=\"$BACKENDS\" FENCEGATE_BIN=$FENCEGATE_BIN $command_line"
+echo "command: ROUNDS=$ROUNDS SECS=$SECS CONNS=$CONNS KEYS=$KEYS HOT_KEYS=$HOT_KEYS SPREAD=$SPREAD HOT_TOKENS=$HOT_TOKENS REPLICA_COUNTS=\"$REPLICA_COUNTS\" ORDERINGS=\"$ORDERINGS\" SHAPES=\"$SHAPES\" BACKENDS=\"$BACKENDS\" FENCEGATE_BIN=$FENCEGATE_BIN $command_line"
 echo
 
 # The binary comes from another build: wait for it (20 minutes at most).
@@ -376,8 +380,8 @@ for backend in $backends; do
   number=$((number + 1))
   probe "$backend"
   for round in $(seq 1 "$ROUNDS"); do
-    for ordering in none serialize; do
-      for shape in spread hot; do
+    for ordering in $ORDERINGS; do
+      for shape in $SHAPES; do
         for count in $REPLICA_COUNTS; do
           # In this shell (not a command substitution), so that the trap knows the wrk processes.
           load "$backend" "$ordering" "$shape" "$count" 1 >/dev/null
@@ -429,8 +433,8 @@ rule+="---|---|---|---|"
 echo "$header"
 echo "$rule"
 for backend in $backends; do
-  for ordering in none serialize; do
-    for shape in spread hot; do
+  for ordering in $ORDERINGS; do
+    for shape in $SHAPES; do
       key="$backend $ordering $shape"
       row="| $backend | $ordering | $(shape_name "$shape") |"
       for count in $REPLICA_COUNTS; do row+=" $(column "$key $count" 1) |"; done
@@ -449,8 +453,8 @@ echo "of which other = what neither the store, the gateways, wrk nor nginx used 
 echo
 for backend in $backends; do
   line=""
-  for ordering in none serialize; do
-    for shape in spread hot; do
+  for ordering in $ORDERINGS; do
+    for shape in $SHAPES; do
       key="$backend $ordering $shape"
       line+="${line:+; }$ordering/$shape: $(awk -v rps="$(column "$key $last_count" 2)" -v g="$(column "$key $last_count" 4)" \
         -v s="$(column "$key $last_count" 5)" -v busy="$(column "$key $last_count" 6)" -v h="$(column "$key $last_count" 7)" \

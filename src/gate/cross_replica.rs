@@ -1,24 +1,27 @@
 //! The cross-replica gate over a backend's [`TurnStore`]: a key's turn is a lease in the store,
-//! waited for by polling, renewed by one keeper task while a forward outlasts half its hold, and
-//! cut (the upstream call or its response dropped) before the lease can lapse, so a turn lapses
-//! only after its forward is over. A lost store connection frees nothing.
+//! waited for until the store tells of its release (or by polling, where it cannot), renewed by
+//! one keeper task while a forward outlasts half its hold, and cut (the upstream call or its
+//! response dropped) before the lease can lapse, so a turn lapses only after its forward is over.
+//! A lost store connection frees nothing.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dashmap::DashMap;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::proxy::ProxyBody;
 use crate::store::StoreError;
-use crate::store::{Renewal, TakeTurn, TurnStore};
+use crate::store::{Renewal, TakeTurn, TurnFreed, TurnStore, WAITER_RETRY};
 
 /// How often the keeper looks for leases to renew and forwards to cut.
 const KEEPER_TICK: Duration = Duration::from_millis(200);
 /// Longest one renewal round may take before the keeper gives up on it (and cuts what is due).
 const RENEW_TIMEOUT: Duration = Duration::from_secs(2);
-/// First and longest pause between two tries of a key another replica holds.
+/// First and longest pause between two tries of a key another replica holds, where the store does
+/// not tell of releases. Where it does, a waiter tries again when told, or after [`WAITER_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(2);
 const LONGEST_RETRY: Duration = Duration::from_millis(50);
 
@@ -32,6 +35,8 @@ pub enum CrossReplicaGateError {
 }
 
 type Watches = DashMap<u64, Arc<TurnWatch>>;
+/// Keys this replica waits for, each with what wakes its waiters when the store tells of a release.
+type Waiting = DashMap<Box<str>, Arc<Notify>>;
 
 pub struct CrossReplicaGate {
     turns: Arc<dyn TurnStore>,
@@ -41,6 +46,9 @@ pub struct CrossReplicaGate {
     margin: Duration,
     watches: Arc<Watches>,
     keeper: tokio::task::JoinHandle<()>,
+    waiting: Arc<Waiting>,
+    /// The store tells of releases (waiters are woken, not polling).
+    told: bool,
 }
 
 /// A key's turn, held. Dropping it releases the turn in the background.
@@ -70,12 +78,22 @@ impl CrossReplicaGate {
     pub fn new(turns: Arc<dyn TurnStore>, margin: Duration) -> CrossReplicaGate {
         let watches = Arc::new(Watches::new());
         let keeper = tokio::spawn(keep(Arc::clone(&turns), Arc::clone(&watches)));
+        let waiting = Arc::new(Waiting::new());
+        let woken = Arc::clone(&waiting);
+        let freed: TurnFreed = Arc::new(move |key| {
+            if let Some(notify) = woken.get(key) {
+                notify.notify_waiters();
+            }
+        });
+        let told = turns.tell_frees(freed);
         CrossReplicaGate {
             turns,
             next_turn: AtomicU64::new(1),
             margin,
             watches,
             keeper,
+            waiting,
+            told,
         }
     }
 
@@ -88,13 +106,31 @@ impl CrossReplicaGate {
         hold: Duration,
     ) -> Result<CrossReplicaPass, CrossReplicaGateError> {
         let entering = async {
+            let waiter = Waiter::new(&self.waiting, key);
+            // Asked and refused at least once: the store may have this replica queued.
+            let mut queued = Queued {
+                turns: self.turns.as_ref(),
+                key,
+                armed: false,
+            };
             let mut pause = FIRST_RETRY;
             loop {
+                // Listening before the take, so a release told between its answer and the wait
+                // is not missed.
+                let released = waiter.notify().notified();
+                tokio::pin!(released);
+                released.as_mut().enable();
                 if let Some((pass, _)) = self.take(key, None, hold).await? {
+                    queued.armed = false;
                     return Ok(pass);
                 }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(LONGEST_RETRY);
+                queued.armed = true;
+                if self.told {
+                    let _ = tokio::time::timeout(WAITER_RETRY, released).await;
+                } else {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(LONGEST_RETRY);
+                }
             }
         };
         match tokio::time::timeout(wait, entering).await {
@@ -177,6 +213,53 @@ impl CrossReplicaGate {
 impl Drop for CrossReplicaGate {
     fn drop(&mut self) {
         self.keeper.abort();
+    }
+}
+
+/// A waiter of one key, woken when the store tells of its release; the key is forgotten when its
+/// last waiter goes.
+struct Waiter<'a> {
+    waiting: &'a Waiting,
+    key: &'a str,
+    notify: Arc<Notify>,
+}
+
+impl<'a> Waiter<'a> {
+    fn new(waiting: &'a Waiting, key: &'a str) -> Waiter<'a> {
+        let notify = Arc::clone(waiting.entry(key.into()).or_default().value());
+        Waiter {
+            waiting,
+            key,
+            notify,
+        }
+    }
+
+    fn notify(&self) -> &Notify {
+        &self.notify
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        // The map's reference and this one: no other waiter of the key is left. (New waiters
+        // clone under the same shard lock `remove_if` holds.)
+        self.waiting
+            .remove_if(self.key, |_, notify| Arc::strong_count(notify) == 2);
+    }
+}
+
+/// Takes this replica out of the store's queue for a key when its waiting request gives up.
+struct Queued<'a> {
+    turns: &'a dyn TurnStore,
+    key: &'a str,
+    armed: bool,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.turns.leave(self.key.to_owned());
+        }
     }
 }
 

@@ -33,7 +33,7 @@ pub use intents::{
 };
 pub use postgres::{migrate as migrate_postgres, PostgresStore, PostgresTurns};
 pub use redis::RedisStore;
-pub use turns::{Renewal, TakeTurn, TurnStore};
+pub use turns::{Renewal, TakeTurn, TurnFreed, TurnStore, WAITER_RETRY};
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -3,9 +3,17 @@
 //! renewal names. A turn belongs to one replica (`holder`, random per process) and is numbered
 //! within it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::StoreFuture;
+
+/// How often a replica waiting for a key's turn asks again at least, even when the store tells
+/// it of releases: a backend may count a waiter that has not asked for a few of these as gone.
+pub const WAITER_RETRY: Duration = Duration::from_millis(250);
+
+/// Called with a key whose turn was released while some replica waits for it.
+pub type TurnFreed = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// One take of a key's turn.
 #[derive(Debug, Clone)]
@@ -43,4 +51,15 @@ pub trait TurnStore: Send + Sync + 'static {
     fn renew(&self, renewals: Vec<Renewal>) -> StoreFuture<'_, Vec<bool>>;
     /// No take is started after this; releases held back (see `release`) are written.
     fn close(&self) -> StoreFuture<'_, ()>;
+    /// Has `freed` called with each key released while a replica waits for it; `false` when the
+    /// backend does not tell (its waiters poll).
+    fn tell_frees(&self, freed: TurnFreed) -> bool {
+        let _ = freed;
+        false
+    }
+    /// This replica no longer waits for the key (its waiting request gave up), in the background;
+    /// for backends that serve waiters in order.
+    fn leave(&self, key: String) {
+        let _ = key;
+    }
 }

@@ -5,7 +5,8 @@
 //! with a token advances the mark only when it takes the turn; the keeper renews a long turn and
 //! cuts the forward of one it cannot renew before the lease lapses; a store that lost its
 //! identity refuses every take; on PostgreSQL an ended turn's release is written once another
-//! replica wants the key, not before. PostgreSQL (127.0.0.1:5432), Redis (127.0.0.1:6379) and etcd
+//! replica wants the key, not before, a holder yields to a replica waiting ahead, three replicas
+//! with queues of their own share a hot key, and a waiter that gave up leaves the queue. PostgreSQL (127.0.0.1:5432), Redis (127.0.0.1:6379) and etcd
 //! (127.0.0.1:2379) must be running: these tests fail, never skip, when they are not.
 
 use std::net::SocketAddr;
@@ -16,7 +17,7 @@ use fencegate::config::{
     PostgresStoreConfig, RedisStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
     DEFAULT_POSTGRES_BATCHES_IN_FLIGHT, DEFAULT_TURN_MARGIN,
 };
-use fencegate::gate::{CrossReplicaGate, CrossReplicaGateError, CrossReplicaPass};
+use fencegate::gate::{CrossReplicaGate, CrossReplicaGateError, CrossReplicaPass, LocalGate};
 use fencegate::proxy::full_body;
 use fencegate::store::{
     EtcdStore, FenceStore, PostgresStore, RedisStore, StoreError, TakeTurn, TurnStore,
@@ -302,15 +303,22 @@ async fn a_take_with_a_token_advances_the_mark_only_when_it_takes_the_turn(backe
         );
         assert_eq!(pass.mark_under_turn(), Some(5));
         assert_eq!(b.store.current("k").await.expect("read"), Some(9));
-        // A lower token takes the turn but leaves the mark as it is.
+        // A lower token takes the turn but leaves the mark as it is. (On PostgreSQL the ended
+        // turn is released once A's first try tells B that A wants the key.)
         drop(pass);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let (_pass, replaced) = a
-            .gate
-            .try_enter_and_advance("k", 7, HOLD)
-            .await
-            .expect("take")
-            .expect("taken");
+        let mut taken = None;
+        for _ in 0..100 {
+            taken = a
+                .gate
+                .try_enter_and_advance("k", 7, HOLD)
+                .await
+                .expect("take");
+            if taken.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (_pass, replaced) = taken.expect("taken");
         assert_eq!(replaced, Some(9));
         assert_eq!(
             a.store.current("k").await.expect("read"),
@@ -478,6 +486,126 @@ async fn on_postgres_an_ended_turn_is_released_when_another_replica_wants_it() {
             started.elapsed() < Duration::from_secs(1),
             "the wanted key took {:?} to be released",
             started.elapsed()
+        );
+    })
+    .await;
+}
+
+/// On PostgreSQL replicas waiting for a key are served in the order they asked: a holder whose
+/// turn is over does not take the key back while another replica waits ahead of it (it yields).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_holder_yields_to_a_replica_waiting_ahead() {
+    on(Backend::Postgres, |ns| async move {
+        let a = Arc::new(ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await);
+        let b = Arc::new(ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await);
+        let held = enter(&a, "k", HOLD).await.expect("a entered");
+        let started = Instant::now();
+        let b_waits = {
+            let b = Arc::clone(&b);
+            tokio::spawn(async move {
+                let pass = enter(&b, "k", Duration::from_secs(5)).await;
+                let at = started.elapsed();
+                // Hold the turn long enough for the order to be plain.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                drop(pass.expect("b entered"));
+                at
+            })
+        };
+        // B has asked (and been refused) before A's turn ends.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(held);
+        let again = enter(&a, "k", Duration::from_secs(5)).await;
+        let a_again_at = started.elapsed();
+        drop(again.expect("a entered again"));
+        let b_at = b_waits.await.expect("b's task");
+        assert!(
+            b_at < a_again_at,
+            "A took the key back at {a_again_at:?} though B had waited for it since before (B got in at {b_at:?})"
+        );
+    })
+    .await;
+}
+
+/// On PostgreSQL three replicas, each with a queue of its own writes to one hot key (behind an
+/// in-process gate, as in the gateway), all get turns: none is kept out until its gate timeout
+/// by another that keeps taking the key back for its own next write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_three_replicas_share_a_hot_key() {
+    on(Backend::Postgres, |ns| async move {
+        const WRITERS_PER_REPLICA: usize = 4;
+        const RUN: Duration = Duration::from_secs(3);
+        let wait = Duration::from_secs(2);
+        let mut replicas = Vec::new();
+        for _ in 0..3 {
+            let replica = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+            replicas.push(Arc::new((replica, Arc::new(LocalGate::default()))));
+        }
+        let started = Instant::now();
+        let mut writers = Vec::new();
+        for (index, replica) in replicas.iter().enumerate() {
+            for _ in 0..WRITERS_PER_REPLICA {
+                let replica = Arc::clone(replica);
+                writers.push(tokio::spawn(async move {
+                    let (replica, local) = &*replica;
+                    let (mut turns, mut timeouts) = (0usize, 0usize);
+                    while started.elapsed() < RUN {
+                        let Ok(_local) = tokio::time::timeout(wait, local.enter("hot")).await
+                        else {
+                            timeouts += 1;
+                            continue;
+                        };
+                        match enter(replica, "hot", wait).await {
+                            Ok(pass) => {
+                                tokio::time::sleep(Duration::from_millis(2)).await;
+                                drop(pass);
+                                turns += 1;
+                            }
+                            Err(CrossReplicaGateError::Timeout(_)) => timeouts += 1,
+                            Err(e) => panic!("entering the gate failed: {e}"),
+                        }
+                    }
+                    (index, turns, timeouts)
+                }));
+            }
+        }
+        let mut turns = [0usize; 3];
+        let mut timeouts = [0usize; 3];
+        for writer in writers {
+            let (index, t, out) = writer.await.expect("writer");
+            turns[index] += t;
+            timeouts[index] += out;
+        }
+        let total: usize = turns.iter().sum();
+        assert_eq!(
+            timeouts, [0; 3],
+            "writes timed out waiting for the key (turns per replica {turns:?})"
+        );
+        for (index, got) in turns.iter().enumerate() {
+            assert!(
+                *got * 6 >= total,
+                "replica {index} got {got} of {total} turns (per replica {turns:?}): not its share"
+            );
+        }
+    })
+    .await;
+}
+
+/// On PostgreSQL a replica whose waiting request gave up leaves the key's queue: the holder takes
+/// the key again at once, instead of yielding to a waiter that is gone until it counts as stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_waiter_that_gives_up_leaves_the_queue() {
+    on(Backend::Postgres, |ns| async move {
+        let a = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        let b = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        let held = enter(&a, "k", HOLD).await.expect("a entered");
+        assert!(
+            !gets_in(&b, "k", Duration::from_millis(300)).await,
+            "b got in while a held the key"
+        );
+        drop(held);
+        assert!(
+            gets_in(&a, "k", Duration::from_millis(500)).await,
+            "a could not take the key back after the only other waiter gave up"
         );
     })
     .await;

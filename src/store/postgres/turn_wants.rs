@@ -4,16 +4,24 @@
 //! (`pg_notify` on [`CHANNEL`], in the take's own statement, at every try); the holder's listener
 //! then has the release written. While the listener is not connected, or too many turns have
 //! ended unwritten, releases are written at once, and every reconnect writes those left ended.
+//! The same listener hears of keys released while some replica waits ([`FREE_CHANNEL`]) and
+//! wakes this replica's waiters of those keys.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 
+use crate::store::turns::TurnFreed;
+
 /// The channel the take statements notify on: payload `"{holder} {key}"`.
 pub(super) const CHANNEL: &str = "fencegate_turns";
+/// The channel releases of keys someone waits for are told on (migration 0006): payload the key.
+/// Channels are the database's, not the schema's: a key of another schema wakes a waiter for
+/// nothing but one more try.
+pub(super) const FREE_CHANNEL: &str = "fencegate_turn_free";
 /// Most ended turns kept unwritten; past it releases are written at once.
 const MAX_ENDED: usize = 100_000;
 /// How long the listener waits for a notification before it forgets lapsed entries.
@@ -36,6 +44,8 @@ pub(super) struct TurnWants {
     closed: AtomicBool,
     /// The longest lease seen, in milliseconds: wants older than it are forgotten.
     longest_ms: AtomicU64,
+    /// Wakes this replica's waiters of a key released elsewhere.
+    freed: OnceLock<TurnFreed>,
 }
 
 /// What the listener has written: each `(key, turn)` to release now.
@@ -51,7 +61,18 @@ impl TurnWants {
             started: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             longest_ms: AtomicU64::new(0),
+            freed: OnceLock::new(),
         }
+    }
+
+    /// Has `freed` called for each key released while some replica waits (the first one given).
+    pub(super) fn tell_frees(&self, freed: TurnFreed) {
+        let _ = self.freed.set(freed);
+    }
+
+    /// Another replica waits for `key`, just taken here: its release is written when it ends.
+    pub(super) fn wanted_now(&self, key: &str) {
+        self.wanted.insert(key.to_owned(), Instant::now());
     }
 
     /// Whether the listener has been started.
@@ -139,7 +160,7 @@ async fn listen(wants: Arc<TurnWants>, options: PgConnectOptions, release: Relea
                 continue;
             }
         };
-        if let Err(error) = listener.listen(CHANNEL).await {
+        if let Err(error) = listener.listen_all([CHANNEL, FREE_CHANNEL]).await {
             tracing::debug!(%error, "the key-turn listener could not listen");
             tokio::time::sleep(RECONNECT_AFTER).await;
             continue;
@@ -159,6 +180,11 @@ async fn listen(wants: Arc<TurnWants>, options: PgConnectOptions, release: Relea
                         if !matches!(tokio::time::timeout(PING_TIMEOUT, ping).await, Ok(Ok(_))) {
                             tracing::debug!("the key-turn listener stopped answering");
                             break true;
+                        }
+                    }
+                    Ok(Ok(Some(notification))) if notification.channel() == FREE_CHANNEL => {
+                        if let Some(freed) = wants.freed.get() {
+                            freed(notification.payload());
                         }
                     }
                     Ok(Ok(Some(notification))) => {

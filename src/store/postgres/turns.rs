@@ -2,8 +2,9 @@
 //! released and renewed by one holder task per serving thread, each on a connection of its own.
 //! Takes and releases queued while a statement runs go together in the next one, which may also
 //! compare-and-advance each key's mark under the turn it takes (in the same row update), so an
-//! uncontended serialized write costs a share of one statement. A failed statement frees nothing:
-//! the turns it held stay leased.
+//! uncontended serialized write costs a share of one statement. Replicas that find a key held
+//! queue for it in `fence_turn_waiters` (migration 0006) and are served in order. A failed
+//! statement frees nothing: the turns it held stay leased.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,46 +18,67 @@ use super::turn_wants::{ReleaseNow, TurnWants};
 use super::BACKEND;
 use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
 use crate::store::plumbing::per_thread::{PerThread, TaskQueue};
-use crate::store::turns::{Renewal, TakeTurn, TurnStore};
+use crate::store::turns::{Renewal, TakeTurn, TurnFreed, TurnStore, WAITER_RETRY};
 use crate::store::{StoreError, StoreFuture};
 
 /// Longest a connect or one batch's statement may take; past it the connection is given up.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most takes and releases in one statement.
 const MAX_BATCH: usize = 1024;
-/// One batch statement's rows (whether taken, the mark found), or `None` for a store whose
-/// identity record is not the adopted one.
+/// One take's row: whether the turn was taken, the mark found, and whether another replica waits
+/// for the key.
+type TakeRow = (bool, Option<i64>, bool);
+/// One batch statement's rows, or `None` for a store whose identity record is not the adopted one.
 type BatchFuture<'a> = std::pin::Pin<
-    Box<
-        dyn std::future::Future<Output = Result<Option<Vec<(bool, Option<i64>)>>, sqlx::Error>>
-            + Send
-            + 'a,
-    >,
+    Box<dyn std::future::Future<Output = Result<Option<Vec<TakeRow>>, sqlx::Error>> + Send + 'a>,
 >;
 
-/// A batch whose every take advances, in one plain statement (no function call): release, then
+/// A batch whose every take advances, in one plain statement (no plpgsql call): release, then
 /// take each key's turn and compare-and-advance its mark in one update of its row, only where the
-/// turn is free. The update works on the newest version of each row whatever the statement's
-/// snapshot, so it needs none of the function's fresh snapshots, which only the reads of takes
-/// without a token do. With `$2`, nothing happens unless the store's identity record holds it,
-/// and every row says so (`ok` false). Keys released must not be taken in the same statement.
-/// The holder of each key not taken is notified that this replica wants it
-/// (`turn_wants.rs`).
+/// turn is free and no other replica waits ahead (`fencegate_turn_ahead`, migration 0006). The
+/// update works on the newest version of each row whatever the statement's snapshot, so it needs
+/// none of the function's fresh snapshots, which only the reads of takes without a token do. With
+/// `$2`, nothing happens unless the store's identity record holds it, and every row says so (`ok`
+/// false). Keys released must not be taken in the same statement. As in `fencegate_turn_batch`:
+/// an own turn that is over, of a key another replica waits ahead for, is released (yielded); a
+/// take not made enqueues this holder as a waiter and notifies the key's holder that this replica
+/// wants it (`turn_wants.rs`); a take made leaves the queue; a key released while others wait is
+/// announced on the free channel; and each row says whether another replica waits for a key
+/// taken. `$9`: how long a waiter not seen still counts, in milliseconds. Every statement that
+/// modifies rows waits for `locked`, which locks the rows of every key named in one (bytewise)
+/// order first, as the function does and for the same reason: no deadlock between batches.
 const TAKE_AND_ADVANCE_SQL: &str = "
 WITH ident AS (
     SELECT $2::text IS NULL OR EXISTS (
-        SELECT 1 FROM fencegate_meta WHERE name = 'store_id' AND value = $2::text) AS ok
+        SELECT 1 FROM fencegate_meta WHERE name = 'store_id' AND value = $2::text) AS ok,
+        clock_timestamp() - $9::bigint * interval '1 millisecond' AS fresh_since
+), locked AS (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM fence_marks
+        WHERE key = ANY($3::text[] || $5::text[])
+        ORDER BY key COLLATE \"C\"
+        FOR UPDATE) AS rows
 ), released AS (
     UPDATE fence_marks AS f SET turn_expires = '-infinity'
-    FROM unnest($3::text[], $4::bigint[]) AS r(k, t), ident
+    FROM unnest($3::text[], $4::bigint[]) AS r(k, t), ident, locked
     WHERE ident.ok AND f.key = r.k AND f.turn_holder = $1 AND f.turn = r.t
+    RETURNING f.key
+), ahead AS (
+    SELECT e.k FROM unnest($5::text[]) AS e(k), ident
+    WHERE fencegate_turn_ahead(e.k, $1, ident.fresh_since)
+), yielded AS (
+    UPDATE fence_marks AS f SET turn_expires = '-infinity'
+    FROM ahead, ident, locked
+    WHERE ident.ok AND f.key = ahead.k AND f.turn_holder = $1
+        AND f.turn_expires > clock_timestamp()
     RETURNING f.key
 ), took AS (
     INSERT INTO fence_marks AS f (key, mark, previous_mark, turn_holder, turn, turn_expires)
     SELECT e.k, e.t, NULL, $1, e.turn, clock_timestamp() + e.l * interval '1 millisecond'
-    FROM unnest($5::text[], $6::bigint[], $7::bigint[], $8::bigint[]) AS e(k, turn, l, t), ident
-    WHERE ident.ok
-    ORDER BY e.k
+    FROM unnest($5::text[], $6::bigint[], $7::bigint[], $8::bigint[]) AS e(k, turn, l, t), ident,
+        locked
+    WHERE ident.ok AND NOT EXISTS (SELECT 1 FROM ahead WHERE ahead.k = e.k)
+    ORDER BY e.k COLLATE \"C\"
     ON CONFLICT (key) DO UPDATE
         SET previous_mark = f.mark, mark = GREATEST(f.mark, excluded.mark),
             turn_holder = excluded.turn_holder, turn = excluded.turn,
@@ -64,15 +86,35 @@ WITH ident AS (
         WHERE f.turn_expires IS NULL OR f.turn_expires <= clock_timestamp()
             OR f.turn_holder = excluded.turn_holder
     RETURNING f.key, f.previous_mark
+), left_queue AS (
+    DELETE FROM fence_turn_waiters AS w USING took
+    WHERE w.key = took.key AND w.holder = $1
+), queued AS (
+    INSERT INTO fence_turn_waiters AS w (key, holder, enqueued, seen)
+    SELECT e.k, $1, clock_timestamp(), clock_timestamp()
+    FROM unnest($5::text[]) AS e(k), ident
+    WHERE ident.ok AND NOT EXISTS (SELECT 1 FROM took WHERE took.key = e.k)
+    ORDER BY e.k COLLATE \"C\"
+    ON CONFLICT (key, holder) DO UPDATE
+        SET seen = excluded.seen,
+            enqueued = CASE WHEN w.seen > (SELECT fresh_since FROM ident) THEN w.enqueued
+                ELSE excluded.enqueued END
 ), wants AS (
     SELECT count(pg_notify('fencegate_turns', f.turn_holder || ' ' || f.key)) AS n
     FROM unnest($5::text[]) AS e(k) JOIN fence_marks AS f ON f.key = e.k
-    WHERE f.turn_holder IS DISTINCT FROM $1 AND NOT EXISTS (SELECT 1 FROM took WHERE took.key = e.k)
+    WHERE f.turn_holder IS DISTINCT FROM $1 AND f.turn_expires > clock_timestamp()
+        AND NOT EXISTS (SELECT 1 FROM took WHERE took.key = e.k)
+), frees AS (
+    SELECT count(pg_notify('fencegate_turn_free', r.key)) AS n
+    FROM (SELECT key FROM released UNION SELECT key FROM yielded) AS r, ident
+    WHERE fencegate_turn_waited_for(r.key, $1, ident.fresh_since)
 )
-SELECT took.key IS NOT NULL, took.previous_mark, ident.ok
+SELECT took.key IS NOT NULL, took.previous_mark, ident.ok,
+    took.key IS NOT NULL AND fencegate_turn_waited_for(e.k, $1, ident.fresh_since)
 FROM unnest($5::text[]) WITH ORDINALITY AS e(k, i)
     CROSS JOIN ident
     CROSS JOIN wants
+    CROSS JOIN frees
     LEFT JOIN took ON took.key = e.k
 ORDER BY e.i";
 
@@ -81,6 +123,9 @@ ORDER BY e.i";
 const RELEASE_DELAY: Duration = Duration::from_millis(2);
 /// How soon releases whose statement failed are sent again.
 const RELEASE_RETRY: Duration = Duration::from_millis(100);
+/// How long a waiter that has not asked again still counts (`fence_turn_waiters`, migration
+/// 0006): a few of the gate's retries, so a live waiter is never dropped from the queue.
+const WAITER_STALE: Duration = Duration::from_millis(4 * WAITER_RETRY.as_millis() as u64);
 /// SQLSTATE `fencegate_turn_batch` raises for a store whose identity is not the adopted one.
 const IDENTITY_MISMATCH: &str = "FG001";
 
@@ -117,6 +162,10 @@ enum Command {
         renewals: Vec<Renewal>,
         reply: oneshot::Sender<Result<Vec<bool>, StoreError>>,
     },
+    /// This replica no longer waits for the key.
+    Leave {
+        key: String,
+    },
 }
 
 impl PostgresTurns {
@@ -151,6 +200,7 @@ impl PostgresTurns {
             options: self.options.clone(),
             holder: Arc::clone(&self.holder),
             expected: Arc::clone(&self.expected),
+            wants: Arc::clone(&self.wants),
             connection: None,
             postponed: Vec::new(),
             releases: Vec::new(),
@@ -178,6 +228,8 @@ impl PostgresTurns {
 impl TurnStore for PostgresTurns {
     fn take(&self, take: TakeTurn) -> StoreFuture<'_, Option<Option<u64>>> {
         Box::pin(async move {
+            // A take that finds the key held waits to hear of its release.
+            self.start_listener();
             let (reply, answer) = oneshot::channel();
             self.send(Command::Take { take, reply })?;
             answer.await.map_err(|_| StoreError::Closed)?
@@ -199,6 +251,15 @@ impl TurnStore for PostgresTurns {
             self.send(Command::Renew { renewals, reply })?;
             answer.await.map_err(|_| StoreError::Closed)?
         })
+    }
+
+    fn tell_frees(&self, freed: TurnFreed) -> bool {
+        self.wants.tell_frees(freed);
+        true
+    }
+
+    fn leave(&self, key: String) {
+        let _ = self.send(Command::Leave { key });
     }
 
     fn close(&self) -> StoreFuture<'_, ()> {
@@ -225,13 +286,19 @@ impl TurnStore for PostgresTurns {
                 }
             };
             let released = sqlx::query(
-                "UPDATE fence_marks AS f SET turn_expires = '-infinity' \
-                 FROM unnest($2::text[], $3::bigint[]) AS r(k, t) \
-                 WHERE f.key = r.k AND f.turn_holder = $1 AND f.turn = r.t",
+                "WITH released AS ( \
+                     UPDATE fence_marks AS f SET turn_expires = '-infinity' \
+                     FROM unnest($2::text[], $3::bigint[]) AS r(k, t) \
+                     WHERE f.key = r.k AND f.turn_holder = $1 AND f.turn = r.t \
+                     RETURNING f.key) \
+                 SELECT count(pg_notify('fencegate_turn_free', released.key)) FROM released \
+                 WHERE fencegate_turn_waited_for(released.key, $1, \
+                     clock_timestamp() - $4::bigint * interval '1 millisecond')",
             )
             .bind(&*self.holder)
             .bind(&keys)
             .bind(&turns)
+            .bind(millis(WAITER_STALE))
             .execute(&mut connection);
             match tokio::time::timeout(STATEMENT_TIMEOUT, released).await {
                 Ok(Ok(_)) => Ok(()),
@@ -248,6 +315,7 @@ struct HolderTask {
     options: PgConnectOptions,
     holder: Arc<str>,
     expected: Arc<ExpectedIdentity>,
+    wants: Arc<TurnWants>,
     connection: Option<PgConnection>,
     /// Takes of a key already in the batch being built, kept for the next one.
     postponed: Vec<Command>,
@@ -311,6 +379,7 @@ impl HolderTask {
     async fn process(&mut self, batch: Vec<Command>, flush: bool) {
         let mut takes = Takes::default();
         let mut renewals = Vec::new();
+        let mut leaves = Vec::new();
         for command in batch {
             match command {
                 // Its caller gave up before it ran: not made.
@@ -345,10 +414,16 @@ impl HolderTask {
                     renewals: more,
                     reply,
                 } => renewals.push((more, reply)),
+                Command::Leave { key } => leaves.push(key),
             }
         }
+        // A key this batch takes again waits on (the next request of this replica asks for it).
+        leaves.retain(|key| !takes.keys.contains(key));
         if !takes.keys.is_empty() || (flush && !self.releases.is_empty()) {
             self.take_and_release(takes).await;
+        }
+        if !leaves.is_empty() {
+            self.leave(&leaves).await;
         }
         for (renewals, reply) in renewals {
             let _ = reply.send(self.renew(&renewals).await);
@@ -385,7 +460,7 @@ impl HolderTask {
                 return;
             }
         };
-        for (((key, turn), token), (reply, (taken, mark))) in takes
+        for (((key, turn), token), (reply, (taken, mark, wanted))) in takes
             .keys
             .into_iter()
             .zip(takes.turns)
@@ -402,6 +477,10 @@ impl HolderTask {
                 Ok(taken.then(|| mark.map(decode_mark)))
             };
             let made = answer.is_ok();
+            if taken && made && wanted {
+                // Another replica waits: the turn's release is written as soon as it is over.
+                self.wants.wanted_now(&key);
+            }
             if reply.send(answer).is_err() && taken && made {
                 // Taken for a caller that went away: give the turn back.
                 self.releases.push((key, turn_from_arg(turn)));
@@ -415,7 +494,7 @@ impl HolderTask {
         &mut self,
         releases: &[(String, u64)],
         takes: &Takes,
-    ) -> Result<Vec<(bool, Option<i64>)>, StoreError> {
+    ) -> Result<Vec<TakeRow>, StoreError> {
         let expected = self.expected.get();
         let holder = Arc::clone(&self.holder);
         let (release_keys, release_turns): (Vec<&str>, Vec<i64>) = releases
@@ -437,31 +516,34 @@ impl HolderTask {
         });
         let statement = match &plain {
             Some((release_keys, release_turns, tokens)) => {
-                let rows = sqlx::query_as::<_, (bool, Option<i64>, bool)>(TAKE_AND_ADVANCE_SQL)
-                    .bind(&*holder)
-                    .bind(expected.as_deref())
-                    .bind(release_keys)
-                    .bind(release_turns)
-                    .bind(&takes.keys)
-                    .bind(&takes.turns)
-                    .bind(&takes.leases)
-                    .bind(tokens)
-                    .fetch_all(connection);
+                let rows =
+                    sqlx::query_as::<_, (bool, Option<i64>, bool, bool)>(TAKE_AND_ADVANCE_SQL)
+                        .bind(&*holder)
+                        .bind(expected.as_deref())
+                        .bind(release_keys)
+                        .bind(release_turns)
+                        .bind(&takes.keys)
+                        .bind(&takes.turns)
+                        .bind(&takes.leases)
+                        .bind(tokens)
+                        .bind(millis(WAITER_STALE))
+                        .fetch_all(connection);
                 Box::pin(async move {
                     let rows = rows.await?;
-                    if rows.iter().any(|(_, _, ok)| !ok) {
+                    if rows.iter().any(|(_, _, ok, _)| !ok) {
                         return Ok(None);
                     }
                     Ok(Some(
                         rows.into_iter()
-                            .map(|(taken, mark, _)| (taken, mark))
+                            .map(|(taken, mark, _, wanted)| (taken, mark, wanted))
                             .collect(),
                     ))
                 }) as BatchFuture<'_>
             }
             None => {
-                let rows = sqlx::query_as::<_, (bool, Option<i64>)>(
-                    "SELECT taken, mark FROM fencegate_turn_batch($1, $2, $3, $4, $5, $6, $7, $8) ORDER BY n",
+                let rows = sqlx::query_as::<_, TakeRow>(
+                    "SELECT taken, mark, wanted \
+                     FROM fencegate_turn_batch($1, $2, $3, $4, $5, $6, $7, $8, $9) ORDER BY n",
                 )
                 .bind(&*holder)
                 .bind(expected.as_deref())
@@ -471,6 +553,7 @@ impl HolderTask {
                 .bind(&takes.turns)
                 .bind(&takes.leases)
                 .bind(&takes.tokens)
+                .bind(millis(WAITER_STALE))
                 .fetch_all(connection);
                 Box::pin(async move { rows.await.map(Some) }) as BatchFuture<'_>
             }
@@ -500,6 +583,31 @@ impl HolderTask {
             }
         }
         ran
+    }
+
+    /// Takes this replica out of the keys' queues of waiters. A failure leaves it there until it
+    /// counts as gone ([`WAITER_STALE`]).
+    async fn leave(&mut self, keys: &[String]) {
+        let holder = Arc::clone(&self.holder);
+        let connection = match self.connection().await {
+            Ok(connection) => connection,
+            Err(error) => {
+                tracing::debug!(%error, "leaving the waiters of key turns failed");
+                return;
+            }
+        };
+        let statement =
+            sqlx::query("DELETE FROM fence_turn_waiters WHERE holder = $1 AND key = ANY($2)")
+                .bind(&*holder)
+                .bind(keys)
+                .execute(connection);
+        if !matches!(
+            tokio::time::timeout(STATEMENT_TIMEOUT, statement).await,
+            Ok(Ok(_))
+        ) {
+            tracing::debug!("leaving the waiters of key turns failed");
+            self.connection = None;
+        }
     }
 
     async fn renew(&mut self, renewals: &[Renewal]) -> Result<Vec<bool>, StoreError> {

@@ -6,7 +6,8 @@
 //! cuts the forward of one it cannot renew before the lease lapses; a store that lost its
 //! identity refuses every take; on PostgreSQL an ended turn's release is written once another
 //! replica wants the key, not before, a holder yields to a replica waiting ahead, three replicas
-//! with queues of their own share a hot key, and a waiter that gave up leaves the queue. PostgreSQL (127.0.0.1:5432), Redis (127.0.0.1:6379) and etcd
+//! with queues of their own share a hot key, a waiter that gave up leaves the queue, and turn
+//! batches over the same keys never deadlock. PostgreSQL (127.0.0.1:5432), Redis (127.0.0.1:6379) and etcd
 //! (127.0.0.1:2379) must be running: these tests fail, never skip, when they are not.
 
 use std::net::SocketAddr;
@@ -606,6 +607,103 @@ async fn on_postgres_a_waiter_that_gives_up_leaves_the_queue() {
         assert!(
             gets_in(&a, "k", Duration::from_millis(500)).await,
             "a could not take the key back after the only other waiter gave up"
+        );
+    })
+    .await;
+}
+
+/// PostgreSQL's count of deadlocks it broke in the test database. A backend reports its count
+/// when it ends, so the replicas are closed before the second reading.
+async fn deadlocks() -> i64 {
+    use sqlx::Connection as _;
+    let mut connection = sqlx::PgConnection::connect(TEST_POSTGRES_URL)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"));
+    sqlx::query_scalar("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+        .fetch_one(&mut connection)
+        .await
+        .expect("read pg_stat_database")
+}
+
+/// On PostgreSQL turn batches of three replicas that take, advance and release the same hot keys,
+/// each batch holding several of them in its own order, never deadlock: every batch locks its
+/// keys' rows first, in one order. (Before, PostgreSQL broke such deadlocks after
+/// `deadlock_timeout`, failing one batch each time.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_turn_batches_over_the_same_keys_do_not_deadlock() {
+    on(Backend::Postgres, |ns| async move {
+        use rand::{Rng as _, SeedableRng as _};
+        const KEYS: usize = 6;
+        const WRITERS_PER_REPLICA: usize = 12;
+        const RUN: Duration = Duration::from_secs(3);
+        let wait = Duration::from_secs(2);
+        let before = deadlocks().await;
+        let mut replicas = Vec::new();
+        for _ in 0..3 {
+            replicas.push(Arc::new(ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await));
+        }
+        let tokens = Arc::new(std::sync::atomic::AtomicU64::new(1));
+        let started = Instant::now();
+        let mut writers = Vec::new();
+        for (index, replica) in replicas.iter().enumerate() {
+            for writer in 0..WRITERS_PER_REPLICA {
+                let replica = Arc::clone(replica);
+                let tokens = Arc::clone(&tokens);
+                let seed = (index * WRITERS_PER_REPLICA + writer) as u64;
+                writers.push(tokio::spawn(async move {
+                    let mut random = rand::rngs::StdRng::seed_from_u64(seed);
+                    let mut turns = 0usize;
+                    while started.elapsed() < RUN {
+                        let key = format!("hot-{}", random.gen_range(0..KEYS));
+                        if random.gen_bool(0.5) {
+                            match enter(&replica, &key, wait).await {
+                                Ok(pass) => {
+                                    drop(pass);
+                                    turns += 1;
+                                }
+                                Err(CrossReplicaGateError::Timeout(_)) => {}
+                                Err(e) => panic!("entering the gate failed: {e}"),
+                            }
+                        } else {
+                            let token = tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            match replica.gate.try_enter_and_advance(&key, token, HOLD).await {
+                                Ok(Some((pass, _))) => {
+                                    drop(pass);
+                                    turns += 1;
+                                }
+                                Ok(None) => tokio::task::yield_now().await,
+                                Err(e) => panic!("taking with an advance failed: {e}"),
+                            }
+                        }
+                    }
+                    turns
+                }));
+            }
+        }
+        let mut turns = 0;
+        for writer in writers {
+            turns += writer.await.expect("writer");
+        }
+        for replica in &replicas {
+            replica.gate.close().await;
+            let _ = replica.turns.close().await;
+            let _ = replica.store.close().await;
+        }
+        drop(replicas);
+        // The backends report their counts as they end, just after their connections close.
+        let mut after = deadlocks().await;
+        for _ in 0..20 {
+            if after != before {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            after = deadlocks().await;
+        }
+        assert!(turns > 0, "no turn was taken");
+        assert_eq!(
+            after - before,
+            0,
+            "PostgreSQL broke deadlocks between turn batches ({turns} turns taken)"
         );
     })
     .await;

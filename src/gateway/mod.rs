@@ -8,6 +8,8 @@ mod routing;
 pub use crate::checks::{
     check_destination, check_host, same_authority, DestinationRefusal, HostRefusal, DESTINATION,
 };
+
+use crate::checks::transfer_coding_is_plain;
 pub use claim::Claim;
 pub use routing::{Routing, RoutingLayer};
 
@@ -132,10 +134,13 @@ const ALLOW_BUT_CONNECT: &str = "GET, HEAD, OPTIONS, TRACE, POST, PUT, PATCH, DE
 
 /// The checks of a request's head that hold whatever its path: framing, method and host. The
 /// gateway must read a request as every upstream would, or refuse it.
-fn check_request_head<B>(request: &Request<B>) -> Result<(), GatewayError> {
+/// `plain_coding`: whether the request's transfer coding, read before the hop-by-hop headers
+/// were removed, is at most one `chunked`.
+fn check_request_head<B>(request: &Request<B>, plain_coding: bool) -> Result<(), GatewayError> {
     // A head with both `Content-Length` and `Transfer-Encoding` (hyper kept only the latter) is
-    // a smuggling attempt or a broken client.
-    if request.extensions().get::<AmbiguousFraming>().is_some() {
+    // a smuggling attempt or a broken client; a coding besides `chunked` would reach the upstream
+    // still applied, as content.
+    if !plain_coding || request.extensions().get::<AmbiguousFraming>().is_some() {
         return Err(GatewayError::AmbiguousFraming);
     }
     // A tunnel would carry writes the gateway never sees.
@@ -163,6 +168,8 @@ impl Service<Request<Incoming>> for Gateway {
     }
 
     fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
+        // Read before the hop-by-hop headers go, `Transfer-Encoding` among them.
+        let plain_coding = transfer_coding_is_plain(request.headers());
         // First of all: drop hop-by-hop headers and every header the client names in
         // `Connection`, so a client cannot make the gateway strip, at the proxy, a header a layer
         // set for the upstream (`Connection: Idempotency-Key`, `Connection: X-Request-Id`).
@@ -182,7 +189,7 @@ impl Service<Request<Incoming>> for Gateway {
         };
         // Refused whatever the path: ambiguous framing, `CONNECT`, a method spelled in another
         // letter case, two hosts.
-        if let Err(refusal) = check_request_head(&request) {
+        if let Err(refusal) = check_request_head(&request, plain_coding) {
             note_refusal(&request, &refusal);
             let response = refusal.into_response(&request_id);
             return Box::pin(std::future::ready(Ok(finish(stamp_request_id(

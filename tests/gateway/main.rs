@@ -15,6 +15,7 @@ mod admin_reconciliation;
 mod admin_reload;
 mod admin_routes;
 mod claim;
+mod client_http1;
 mod concurrency;
 mod embedded_layer;
 mod fence_outcomes;

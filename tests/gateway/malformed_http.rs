@@ -1,8 +1,9 @@
 //! Malformed HTTP written byte for byte to a real gateway in front of a recording upstream.
 //!
-//! 30 cases. Refused with a 4xx, nothing forwarded, the gateway still serving afterwards (26):
+//! 33 cases. Refused with a 4xx, nothing forwarded, the gateway still serving afterwards (29):
 //! the gateway answers 400 `ambiguous-framing` for `Content-Length` with `Transfer-Encoding`, in
-//! either order; hyper's parser answers 400 (or 431) and closes for two different
+//! either order, and for a `Transfer-Encoding` other than one `chunked` (a coding before it,
+//! `chunked` twice, a coding and `chunked` on two lines); hyper's parser answers 400 (or 431) and closes for two different
 //! `Content-Length`s, a `Content-Length` list with two values, a signed `Content-Length`, a
 //! `Transfer-Encoding` that is not chunked, `Transfer-Encoding` on HTTP/1.0, obsolete line folding,
 //! a space before a header's colon, a NUL byte in a header value, a head over `max_header_bytes`
@@ -104,6 +105,24 @@ fn refused_cases() -> Vec<Case> {
             post(b"/inv/1", b"Transfer-Encoding: gzip\r\n"),
             400,
             None,
+        ),
+        case(
+            "a coding before chunked",
+            with_chunked_body(b"Transfer-Encoding: gzip, chunked\r\n"),
+            400,
+            Some("ambiguous-framing"),
+        ),
+        case(
+            "chunked twice",
+            with_chunked_body(b"Transfer-Encoding: chunked, chunked\r\n"),
+            400,
+            Some("ambiguous-framing"),
+        ),
+        case(
+            "a coding, then chunked on a second line",
+            with_chunked_body(b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n"),
+            400,
+            Some("ambiguous-framing"),
         ),
         case(
             "Transfer-Encoding on HTTP/1.0",
@@ -238,7 +257,7 @@ async fn malformed_requests_are_refused_and_never_forwarded() {
         .start()
         .await;
     let cases = refused_cases();
-    assert_eq!(cases.len(), 26);
+    assert_eq!(cases.len(), 29);
     for (i, case) in cases.iter().enumerate() {
         let answer = exchange(gw.addr, &case.request).await;
         assert_eq!(

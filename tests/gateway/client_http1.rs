@@ -19,9 +19,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
+use crate::support::wire::Wire;
 use crate::support::TestGateway;
 
 /// Longest any one read from the gateway may wait before the test fails.
@@ -35,91 +36,6 @@ const BIG: usize = 8 * 1024 * 1024;
 /// The large answers' body: not one byte repeated, so a lost or shifted piece shows.
 fn big_body() -> Vec<u8> {
     (0..BIG).map(|i| (i % 251) as u8).collect()
-}
-
-/// A TCP stream with a read buffer, read piece by piece; with a bound, a read that waits longer
-/// fails the test (the client side), without one it waits (the upstream side, idle when pooled).
-struct Wire {
-    stream: TcpStream,
-    buffer: Vec<u8>,
-    bound: Option<Duration>,
-}
-
-impl Wire {
-    /// Reads more into the buffer; false at the end of the stream or a reset.
-    async fn fill(&mut self) -> bool {
-        let mut chunk = [0u8; 16 * 1024];
-        let read = self.stream.read(&mut chunk);
-        let read = match self.bound {
-            None => read.await,
-            Some(bound) => tokio::time::timeout(bound, read).await.unwrap_or_else(|_| {
-                panic!(
-                    "nothing came from the gateway for {bound:?}; unread: {:?}",
-                    String::from_utf8_lossy(&self.buffer)
-                )
-            }),
-        };
-        match read {
-            Ok(0) | Err(_) => false,
-            Ok(n) => {
-                self.buffer.extend_from_slice(&chunk[..n]);
-                true
-            }
-        }
-    }
-
-    /// Everything up to and including the first `delimiter`; `None` if the stream ends first.
-    async fn read_until(&mut self, delimiter: &[u8]) -> Option<Vec<u8>> {
-        loop {
-            if let Some(at) = self
-                .buffer
-                .windows(delimiter.len())
-                .position(|w| w == delimiter)
-            {
-                return Some(self.buffer.drain(..at + delimiter.len()).collect());
-            }
-            if !self.fill().await {
-                return None;
-            }
-        }
-    }
-
-    /// Exactly `n` bytes; `None` if the stream ends first.
-    async fn read_exact(&mut self, n: usize) -> Option<Vec<u8>> {
-        while self.buffer.len() < n {
-            if !self.fill().await {
-                return None;
-            }
-        }
-        Some(self.buffer.drain(..n).collect())
-    }
-
-    /// Everything until the peer closes.
-    async fn read_to_close(&mut self) -> Vec<u8> {
-        while self.fill().await {}
-        std::mem::take(&mut self.buffer)
-    }
-
-    /// A chunked body, decoded (extensions and trailers dropped); `None` if the stream ends
-    /// first or the framing is broken.
-    async fn read_chunked(&mut self) -> Option<Vec<u8>> {
-        let mut body = Vec::new();
-        loop {
-            let line = self.read_until(b"\r\n").await?;
-            let line = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
-            let size = line.split(';').next().unwrap_or_default().trim();
-            let size = usize::from_str_radix(size, 16).ok()?;
-            if size == 0 {
-                while self.read_until(b"\r\n").await? != b"\r\n" {}
-                return Some(body);
-            }
-            let data = self.read_exact(size + 2).await?;
-            if !data.ends_with(b"\r\n") {
-                return None;
-            }
-            body.extend_from_slice(&data[..size]);
-        }
-    }
 }
 
 /// A message head as it came on the wire: its start line and its fields, names as written.
@@ -213,11 +129,7 @@ impl Client {
     fn over(stream: TcpStream) -> Client {
         let _ = stream.set_nodelay(true);
         Client {
-            wire: Wire {
-                stream,
-                buffer: Vec::new(),
-                bound: Some(BOUND),
-            },
+            wire: Wire::bounded(stream, BOUND),
         }
     }
 
@@ -259,7 +171,7 @@ impl Client {
             return (Framing::Bodiless, Vec::new());
         }
         if head.is_chunked() {
-            let body = self.wire.read_chunked().await;
+            let body = self.wire.read_chunked().await.ok().map(|(body, _)| body);
             let body = body.unwrap_or_else(|| panic!("chunked body of {status} cut short"));
             return (Framing::Chunked, body);
         }
@@ -267,7 +179,7 @@ impl Client {
             let length: usize = length
                 .parse()
                 .unwrap_or_else(|_| panic!("content-length {length:?}"));
-            let body = self.wire.read_exact(length).await;
+            let body = self.wire.read_exact(length).await.ok();
             let body = body.unwrap_or_else(|| panic!("body of {status} cut short of {length}"));
             return (Framing::Length(length), body);
         }
@@ -425,11 +337,7 @@ impl EchoUpstream {
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let connection = counter.fetch_add(1, Ordering::SeqCst);
-                let wire = Wire {
-                    stream,
-                    buffer: Vec::new(),
-                    bound: None,
-                };
+                let wire = Wire::new(stream);
                 tokio::spawn(serve_echo(wire, connection, Arc::clone(&records)));
             }
         });
@@ -460,10 +368,10 @@ async fn serve_echo(mut wire: Wire, connection: usize, records: Arc<Mutex<Vec<Ar
         let method = start.next().unwrap_or_default().to_owned();
         let target = start.next().unwrap_or_default().to_owned();
         let body = if head.is_chunked() {
-            wire.read_chunked().await
+            wire.read_chunked().await.ok().map(|(body, _)| body)
         } else if let Some(length) = head.get("content-length") {
             let length = length.parse().expect("the gateway sends a numeric length");
-            wire.read_exact(length).await
+            wire.read_exact(length).await.ok()
         } else {
             Some(Vec::new())
         };

@@ -18,111 +18,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncWriteExt as _};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+use crate::support::wire::Wire;
 use crate::support::{send, TestGateway};
 
 /// Longest any single exchange may take before the test fails.
 const EXCHANGE_BOUND: Duration = Duration::from_secs(15);
-
-/// A TCP stream (or its read half) with a read buffer, for reading HTTP/1.1 messages piece by
-/// piece.
-struct Conn<S = TcpStream> {
-    stream: S,
-    buffer: Vec<u8>,
-}
-
-impl<S: AsyncRead + Unpin> Conn<S> {
-    fn new(stream: S) -> Conn<S> {
-        Conn {
-            stream,
-            buffer: Vec::new(),
-        }
-    }
-
-    /// Reads more into the buffer; false at the end of the stream (or an error).
-    async fn fill(&mut self) -> bool {
-        let mut chunk = [0u8; 16 * 1024];
-        match self.stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => false,
-            Ok(n) => {
-                self.buffer.extend_from_slice(&chunk[..n]);
-                true
-            }
-        }
-    }
-
-    /// Everything up to and including the first `delimiter`; `None` if the stream ends first.
-    async fn read_until(&mut self, delimiter: &[u8]) -> Option<Vec<u8>> {
-        loop {
-            if let Some(at) = self
-                .buffer
-                .windows(delimiter.len())
-                .position(|w| w == delimiter)
-            {
-                return Some(self.buffer.drain(..at + delimiter.len()).collect());
-            }
-            if !self.fill().await {
-                return None;
-            }
-        }
-    }
-
-    /// Exactly `n` bytes; `Err` with what came if the stream ends first.
-    async fn read_exact(&mut self, n: usize) -> Result<Vec<u8>, Vec<u8>> {
-        while self.buffer.len() < n {
-            if !self.fill().await {
-                return Err(std::mem::take(&mut self.buffer));
-            }
-        }
-        Ok(self.buffer.drain(..n).collect())
-    }
-
-    /// Everything until the peer closes.
-    async fn read_to_close(&mut self) -> Vec<u8> {
-        while self.fill().await {}
-        std::mem::take(&mut self.buffer)
-    }
-
-    /// A chunked body, decoded (extensions ignored), and its trailer lines; `Err` with the data
-    /// decoded so far if the stream ends first or the framing is broken.
-    async fn read_chunked(&mut self) -> Result<(Vec<u8>, Vec<String>), Vec<u8>> {
-        let mut body = Vec::new();
-        loop {
-            let Some(line) = self.read_until(b"\r\n").await else {
-                return Err(body);
-            };
-            let line = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
-            let size = line.split(';').next().unwrap_or_default().trim();
-            let Ok(size) = usize::from_str_radix(size, 16) else {
-                return Err(body);
-            };
-            if size == 0 {
-                let mut trailers = Vec::new();
-                loop {
-                    let Some(line) = self.read_until(b"\r\n").await else {
-                        return Err(body);
-                    };
-                    if line == b"\r\n" {
-                        return Ok((body, trailers));
-                    }
-                    trailers.push(String::from_utf8_lossy(&line[..line.len() - 2]).into_owned());
-                }
-            }
-            match self.read_exact(size + 2).await {
-                Ok(data) if data.ends_with(b"\r\n") => body.extend_from_slice(&data[..size]),
-                Ok(_) => return Err(body),
-                Err(rest) => {
-                    body.extend_from_slice(&rest[..rest.len().min(size)]);
-                    return Err(body);
-                }
-            }
-        }
-    }
-}
 
 /// A message head: its start line and its fields (names in lower case), in order.
 #[derive(Debug, Clone)]
@@ -245,7 +150,7 @@ impl RawUpstream {
             while let Ok((stream, _)) = listener.accept().await {
                 let connection = counter.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(serve_raw(
-                    Conn::new(stream),
+                    Wire::new(stream),
                     connection,
                     Arc::clone(&records),
                     Arc::clone(&script),
@@ -265,7 +170,7 @@ impl RawUpstream {
 }
 
 async fn serve_raw(
-    mut conn: Conn,
+    mut conn: Wire,
     connection: usize,
     records: Arc<Mutex<Vec<UpstreamSaw>>>,
     script: Arc<Script>,
@@ -341,7 +246,7 @@ struct ClientGot {
 /// A raw HTTP/1.1 client on one keep-alive connection to the gateway (or on its read half, the
 /// write half with a task of its own).
 struct RawClient<S = TcpStream> {
-    conn: Conn<S>,
+    conn: Wire<S>,
 }
 
 impl RawClient {
@@ -350,7 +255,7 @@ impl RawClient {
             .await
             .expect("connect to gateway");
         RawClient {
-            conn: Conn::new(stream),
+            conn: Wire::new(stream),
         }
     }
 
@@ -1046,7 +951,7 @@ struct LiveUpstream {
 impl LiveUpstream {
     async fn start<F, Fut>(serve: F) -> LiveUpstream
     where
-        F: Fn(Conn, usize) -> Fut + Send + Sync + 'static,
+        F: Fn(Wire, usize) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -1056,7 +961,7 @@ impl LiveUpstream {
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let connection = counter.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(serve(Conn::new(stream), connection));
+                tokio::spawn(serve(Wire::new(stream), connection));
             }
         });
         LiveUpstream { url, accepted }
@@ -1102,7 +1007,7 @@ async fn upload_slowly(
         write
     });
     let client = RawClient {
-        conn: Conn::new(read),
+        conn: Wire::new(read),
     };
     (client, written, writer)
 }

@@ -34,6 +34,7 @@ pub mod store_tls;
 pub mod stripe;
 pub mod tls;
 pub mod upstream;
+pub mod wire;
 
 pub use client::{send, send_h2, Reply};
 pub use gateway::TestGateway;

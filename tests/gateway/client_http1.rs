@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
-use crate::support::wire::Wire;
+use crate::support::wire::{Head, Wire};
 use crate::support::TestGateway;
 
 /// Longest any one read from the gateway may wait before the test fails.
@@ -36,54 +36,6 @@ const BIG: usize = 8 * 1024 * 1024;
 /// The large answers' body: not one byte repeated, so a lost or shifted piece shows.
 fn big_body() -> Vec<u8> {
     (0..BIG).map(|i| (i % 251) as u8).collect()
-}
-
-/// A message head as it came on the wire: its start line and its fields, names as written.
-#[derive(Debug, Clone)]
-struct Head {
-    start: String,
-    fields: Vec<(String, String)>,
-}
-
-impl Head {
-    fn parse(bytes: &[u8]) -> Head {
-        let text = String::from_utf8_lossy(bytes);
-        let mut lines = text.split("\r\n").filter(|l| !l.is_empty());
-        let start = lines.next().unwrap_or_default().to_owned();
-        let fields = lines
-            .filter_map(|line| {
-                let (name, value) = line.split_once(':')?;
-                Some((name.to_owned(), value.trim().to_owned()))
-            })
-            .collect();
-        Head { start, fields }
-    }
-
-    /// Every value of the field `name` (any letter case).
-    fn all(&self, name: &str) -> Vec<&str> {
-        self.fields
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.all(name).first().copied()
-    }
-
-    /// The field names as written, sorted.
-    fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.fields.iter().map(|(n, _)| n.as_str()).collect();
-        names.sort_unstable();
-        names
-    }
-
-    fn is_chunked(&self) -> bool {
-        self.all("transfer-encoding")
-            .iter()
-            .any(|v| v.to_ascii_lowercase().contains("chunked"))
-    }
 }
 
 /// How a response's body was delimited on the wire.

@@ -23,52 +23,11 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use crate::support::wire::Wire;
+use crate::support::wire::{Head, Wire};
 use crate::support::{send, TestGateway};
 
 /// Longest any single exchange may take before the test fails.
 const EXCHANGE_BOUND: Duration = Duration::from_secs(15);
-
-/// A message head: its start line and its fields (names in lower case), in order.
-#[derive(Debug, Clone)]
-struct Head {
-    start: String,
-    fields: Vec<(String, String)>,
-}
-
-impl Head {
-    fn parse(bytes: &[u8]) -> Head {
-        let text = String::from_utf8_lossy(bytes);
-        let mut lines = text.split("\r\n").filter(|l| !l.is_empty());
-        let start = lines.next().unwrap_or_default().to_owned();
-        let fields = lines
-            .filter_map(|line| {
-                let (name, value) = line.split_once(':')?;
-                Some((name.trim().to_ascii_lowercase(), value.trim().to_owned()))
-            })
-            .collect();
-        Head { start, fields }
-    }
-
-    /// Every value of the field `name` (lower case).
-    fn all(&self, name: &str) -> Vec<&str> {
-        self.fields
-            .iter()
-            .filter(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.all(name).first().copied()
-    }
-
-    fn is_chunked(&self) -> bool {
-        self.all("transfer-encoding")
-            .iter()
-            .any(|v| v.to_ascii_lowercase().contains("chunked"))
-    }
-}
 
 /// How a request body was framed on the wire.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,6 @@
 //! A byte stream with a read buffer, for tests that speak HTTP/1.1 by hand on either side of the
-//! gateway: read up to a delimiter, an exact length, a chunked body or the end of the stream.
+//! gateway: read up to a delimiter, an exact length, a chunked body or the end of the stream, and
+//! a message head's start line and fields.
 
 use std::time::Duration;
 
@@ -121,5 +122,53 @@ impl<S: AsyncRead + Unpin> Wire<S> {
                 }
             }
         }
+    }
+}
+
+/// A message head as it came on the wire: its start line and its fields, names as written.
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub start: String,
+    pub fields: Vec<(String, String)>,
+}
+
+impl Head {
+    pub fn parse(bytes: &[u8]) -> Head {
+        let text = String::from_utf8_lossy(bytes);
+        let mut lines = text.split("\r\n").filter(|l| !l.is_empty());
+        let start = lines.next().unwrap_or_default().to_owned();
+        let fields = lines
+            .filter_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                Some((name.to_owned(), value.trim().to_owned()))
+            })
+            .collect();
+        Head { start, fields }
+    }
+
+    /// Every value of the field `name` (any letter case).
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        self.fields
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.all(name).first().copied()
+    }
+
+    /// The field names as written, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.fields.iter().map(|(n, _)| n.as_str()).collect();
+        names.sort_unstable();
+        names
+    }
+
+    pub fn is_chunked(&self) -> bool {
+        self.all("transfer-encoding")
+            .iter()
+            .any(|v| v.to_ascii_lowercase().contains("chunked"))
     }
 }

@@ -35,7 +35,10 @@ type BatchFuture<'a> = std::pin::Pin<
 
 /// A batch whose every take advances, in one plain statement (no plpgsql call): release, then
 /// take each key's turn and compare-and-advance its mark in one update of its row, only where the
-/// turn is free and no other replica waits ahead (`fencegate_turn_ahead`, migration 0006). The
+/// turn is free and no other replica waits ahead (the rule of `fencegate_turn_ahead`, migration
+/// 0006, read here from `waiting`: the batch's fresh waiters, found by one index scan instead of
+/// two SQL function calls per key, which cost about a third of PostgreSQL's CPU per serialized
+/// write, benches/profile-notes.md). The
 /// update works on the newest version of each row whatever the statement's snapshot, so it needs
 /// none of the function's fresh snapshots, which only the reads of takes without a token do. With
 /// `$2`, nothing happens unless the store's identity record holds it, and every row says so (`ok`
@@ -63,9 +66,16 @@ WITH ident AS (
     FROM unnest($3::text[], $4::bigint[]) AS r(k, t), ident, locked
     WHERE ident.ok AND f.key = r.k AND f.turn_holder = $1 AND f.turn = r.t
     RETURNING f.key
+), waiting AS (
+    SELECT w.key, w.holder, w.enqueued FROM fence_turn_waiters AS w, ident
+    WHERE w.key = ANY($3::text[] || $5::text[]) AND w.seen > ident.fresh_since
 ), ahead AS (
-    SELECT e.k FROM unnest($5::text[]) AS e(k), ident
-    WHERE fencegate_turn_ahead(e.k, $1, ident.fresh_since)
+    SELECT e.k FROM unnest($5::text[]) AS e(k)
+    WHERE EXISTS (
+        SELECT 1 FROM waiting AS w
+        LEFT JOIN waiting AS mine ON mine.key = w.key AND mine.holder = $1
+        WHERE w.key = e.k AND w.holder <> $1
+            AND (mine.holder IS NULL OR (w.enqueued, w.holder) < (mine.enqueued, mine.holder)))
 ), yielded AS (
     UPDATE fence_marks AS f SET turn_expires = '-infinity'
     FROM ahead, ident, locked
@@ -106,11 +116,12 @@ WITH ident AS (
         AND NOT EXISTS (SELECT 1 FROM took WHERE took.key = e.k)
 ), frees AS (
     SELECT count(pg_notify('fencegate_turn_free', r.key)) AS n
-    FROM (SELECT key FROM released UNION SELECT key FROM yielded) AS r, ident
-    WHERE fencegate_turn_waited_for(r.key, $1, ident.fresh_since)
+    FROM (SELECT key FROM released UNION SELECT key FROM yielded) AS r
+    WHERE EXISTS (SELECT 1 FROM waiting AS w WHERE w.key = r.key AND w.holder <> $1)
 )
 SELECT took.key IS NOT NULL, took.previous_mark, ident.ok,
-    took.key IS NOT NULL AND fencegate_turn_waited_for(e.k, $1, ident.fresh_since)
+    took.key IS NOT NULL
+        AND EXISTS (SELECT 1 FROM waiting AS w WHERE w.key = e.k AND w.holder <> $1)
 FROM unnest($5::text[]) WITH ORDINALITY AS e(k, i)
     CROSS JOIN ident
     CROSS JOIN wants

@@ -8,8 +8,6 @@ mod routing;
 pub use crate::checks::{
     check_destination, check_host, same_authority, DestinationRefusal, HostRefusal, DESTINATION,
 };
-
-use crate::checks::transfer_coding_is_plain;
 pub use claim::Claim;
 pub use routing::{Routing, RoutingLayer};
 
@@ -25,6 +23,7 @@ use tower::{Service, ServiceBuilder};
 
 use crate::authority::Authorities;
 use crate::budget::MemoryBudget;
+use crate::checks::transfer_coding_is_plain;
 use crate::error::{GatewayError, Origin};
 use crate::extensions::AmbiguousFraming;
 use crate::fence::{Fence, FenceLayer};

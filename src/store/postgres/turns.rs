@@ -35,11 +35,13 @@ type BatchFuture<'a> = std::pin::Pin<
 
 /// A batch whose every take advances, in one plain statement (no plpgsql call): release, then
 /// take each key's turn and compare-and-advance its mark in one update of its row, only where the
-/// turn is free and no other replica waits ahead (the rule of `fencegate_turn_ahead`, migration
-/// 0006, read here from `waiting`: the batch's fresh waiters, found by one index scan instead of
-/// two SQL function calls per key, which cost about a third of PostgreSQL's CPU per serialized
-/// write, benches/profile-notes.md). The
-/// update works on the newest version of each row whatever the statement's snapshot, so it needs
+/// turn is free and no other replica waits ahead. That rule and "another replica waits" are
+/// `fencegate_turn_ahead` and `fencegate_turn_waited_for` (migration 0006), restated here over
+/// `waiting`, the batch's fresh waiters read by one index scan: calling the functions per key cost
+/// about a third of PostgreSQL's CPU per serialized write (benches/profile-notes.md). A change to
+/// either rule changes both places, until `fencegate_turn_batch` reads `waiting` the same way and
+/// the functions go. The update works on the newest version of each row whatever the statement's
+/// snapshot, so it needs
 /// none of the function's fresh snapshots, which only the reads of takes without a token do. With
 /// `$2`, nothing happens unless the store's identity record holds it, and every row says so (`ok`
 /// false). Keys released must not be taken in the same statement. As in `fencegate_turn_batch`:

@@ -628,7 +628,10 @@ async fn deadlocks() -> i64 {
 /// On PostgreSQL turn batches of three replicas that take, advance and release the same hot keys,
 /// each batch holding several of them in its own order, never deadlock: every batch locks its
 /// keys' rows first, in one order. (Before, PostgreSQL broke such deadlocks after
-/// `deadlock_timeout`, failing one batch each time.)
+/// `deadlock_timeout`, failing one batch each time.) The hot keys are new every 100 ms, so that
+/// batches race to create their rows (a row another batch creates is one the lock before could
+/// not see); some writers hold their turns past half their lease, so that renewals run, and some
+/// give up waiting after 50 ms, so that they leave the keys' queues.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_turn_batches_over_the_same_keys_do_not_deadlock() {
     on(Backend::Postgres, |ns| async move {
@@ -654,10 +657,17 @@ async fn on_postgres_turn_batches_over_the_same_keys_do_not_deadlock() {
                     let mut random = rand::rngs::StdRng::seed_from_u64(seed);
                     let mut turns = 0usize;
                     while started.elapsed() < RUN {
-                        let key = format!("hot-{}", random.gen_range(0..KEYS));
+                        let wave = started.elapsed().as_millis() / 25;
+                        let key = format!("hot-{wave}-{}", random.gen_range(0..KEYS));
                         if random.gen_bool(0.5) {
+                            let (wait, hold) = match writer % 4 {
+                                0 => (Duration::from_millis(50), Duration::ZERO),
+                                1 => (wait, HOLD * 3 / 5),
+                                _ => (wait, Duration::ZERO),
+                            };
                             match enter(&replica, &key, wait).await {
                                 Ok(pass) => {
+                                    tokio::time::sleep(hold).await;
                                     drop(pass);
                                     turns += 1;
                                 }
@@ -705,6 +715,100 @@ async fn on_postgres_turn_batches_over_the_same_keys_do_not_deadlock() {
             0,
             "PostgreSQL broke deadlocks between turn batches ({turns} turns taken)"
         );
+    })
+    .await;
+}
+
+/// A connection to the test database whose search path is the namespace's schema.
+async fn schema_connection(ns: &Namespace) -> sqlx::PgConnection {
+    use sqlx::Connection as _;
+    let mut connection = sqlx::PgConnection::connect(TEST_POSTGRES_URL)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"));
+    sqlx::query(&format!("SET search_path TO {}", ns.name))
+        .execute(&mut connection)
+        .await
+        .expect("set the search path");
+    connection
+}
+
+/// One `fencegate_turn_batch` call taking `keys` for `holder` (turn 1, a minute's lease, no
+/// advance): whether each was taken.
+async fn turn_batch(
+    connection: &mut sqlx::PgConnection,
+    holder: &str,
+    keys: &[&str],
+) -> Result<Vec<bool>, sqlx::Error> {
+    let ones = vec![1i64; keys.len()];
+    let leases = vec![60_000i64; keys.len()];
+    let tokens: Vec<Option<i64>> = vec![None; keys.len()];
+    sqlx::query_scalar(
+        "SELECT taken FROM fencegate_turn_batch($1, NULL, '{}', '{}', $2, $3, $4, $5, 1000) \
+         ORDER BY n",
+    )
+    .bind(holder)
+    .bind(keys)
+    .bind(&ones)
+    .bind(&leases)
+    .bind(&tokens)
+    .fetch_all(connection)
+    .await
+}
+
+/// The race of a key's first take, played out step by step on PostgreSQL: batch A has created the
+/// row of k1 and not committed; batch B names k0 (an old row) and k1; A then takes k0 as well.
+/// B must not hold k0 while it waits for k1, or the two wait for each other. (Before migration
+/// 0007 B locked k0, the only row its snapshot held, and PostgreSQL broke the deadlock.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_batch_waits_for_a_row_being_created_before_it_locks_any() {
+    on(Backend::Postgres, |ns| async move {
+        let replica = ns.replica(ns.server(), DEFAULT_TURN_MARGIN).await;
+        let mut a = schema_connection(&ns).await;
+        let mut b = schema_connection(&ns).await;
+        sqlx::query("INSERT INTO fence_marks (key) VALUES ('k0')")
+            .execute(&mut a)
+            .await
+            .expect("the old row");
+        sqlx::query("BEGIN").execute(&mut a).await.expect("begin");
+        let first = turn_batch(&mut a, "a", &["k1"]).await.expect("a takes k1");
+        assert_eq!(first, [true]);
+        let b_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut b)
+            .await
+            .expect("b's pid");
+        let second = tokio::spawn(async move { turn_batch(&mut b, "b", &["k0", "k1"]).await });
+        // B waits for A's transaction (the row A created).
+        let mut observer = schema_connection(&ns).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let waiting: bool = sqlx::query_scalar(
+                "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity \
+                 WHERE pid = $1",
+            )
+            .bind(b_pid)
+            .fetch_optional(&mut observer)
+            .await
+            .expect("read pg_stat_activity")
+            .unwrap_or(false);
+            if waiting {
+                break;
+            }
+            assert!(Instant::now() < deadline, "b never waited for a's row");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let k0 = tokio::time::timeout(Duration::from_secs(10), turn_batch(&mut a, "a", &["k0"]))
+            .await
+            .expect("a's second batch answered");
+        let k0 = k0.unwrap_or_else(|e| panic!("a's take of k0 failed: {e}"));
+        assert_eq!(k0, [true], "a did not take k0");
+        sqlx::query("COMMIT").execute(&mut a).await.expect("commit");
+        let second = tokio::time::timeout(Duration::from_secs(10), second)
+            .await
+            .expect("b's batch answered")
+            .expect("b's task");
+        let second = second.unwrap_or_else(|e| panic!("b's batch failed: {e}"));
+        assert_eq!(second, [false, false], "b took a key a holds");
+        drop(replica);
     })
     .await;
 }

@@ -3,8 +3,9 @@
 //! Takes and releases queued while a statement runs go together in the next one, which may also
 //! compare-and-advance each key's mark under the turn it takes (in the same row update), so an
 //! uncontended serialized write costs a share of one statement. Replicas that find a key held
-//! queue for it in `fence_turn_waiters` (migration 0006) and are served in order. A failed
-//! statement frees nothing: the turns it held stay leased.
+//! queue for it in `fence_turn_waiters` (migration 0006) and are served in order; every statement
+//! locks its keys' rows first, in one order (migration 0007). A failed statement frees nothing:
+//! the turns it held stay leased.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,23 +36,23 @@ type BatchFuture<'a> = std::pin::Pin<
 
 /// A batch whose every take advances, in one plain statement (no plpgsql call): release, then
 /// take each key's turn and compare-and-advance its mark in one update of its row, only where the
-/// turn is free and no other replica waits ahead. That rule and "another replica waits" are
-/// `fencegate_turn_ahead` and `fencegate_turn_waited_for` (migration 0006), restated here over
-/// `waiting`, the batch's fresh waiters read by one index scan: calling the functions per key cost
-/// about a third of PostgreSQL's CPU per serialized write (benches/profile-notes.md). A change to
-/// either rule changes both places, until `fencegate_turn_batch` reads `waiting` the same way and
-/// the functions go. The update works on the newest version of each row whatever the statement's
-/// snapshot, so it needs
-/// none of the function's fresh snapshots, which only the reads of takes without a token do. With
-/// `$2`, nothing happens unless the store's identity record holds it, and every row says so (`ok`
-/// false). Keys released must not be taken in the same statement. As in `fencegate_turn_batch`:
-/// an own turn that is over, of a key another replica waits ahead for, is released (yielded); a
-/// take not made enqueues this holder as a waiter and notifies the key's holder that this replica
-/// wants it (`turn_wants.rs`); a take made leaves the queue; a key released while others wait is
-/// announced on the free channel; and each row says whether another replica waits for a key
-/// taken. `$9`: how long a waiter not seen still counts, in milliseconds. Every statement that
-/// modifies rows waits for `locked`, which locks the rows of every key named in one (bytewise)
-/// order first, as the function does and for the same reason: no deadlock between batches.
+/// turn is free and no other replica waits ahead (`fencegate_turn_waiting`, migration 0007, read
+/// once for the whole batch). The update works on the newest version of each row whatever the
+/// statement's snapshot, so it needs none of the function's fresh snapshots, which only the reads
+/// of takes without a token do. With `$2`, nothing happens unless the store's identity record
+/// holds it, and every row says so (`ok` false). Keys released must not be taken in the same
+/// statement. As in `fencegate_turn_batch`: an own turn that is over, of a key another replica
+/// waits ahead for, is released (yielded); a take not made enqueues this holder as a waiter and
+/// notifies the key's holder that this replica wants it (`turn_wants.rs`); a take made leaves the
+/// queue; a key released while others wait is announced on the free channel; and each row says
+/// whether another replica waits for a key taken. `$9`: how long a waiter not seen still counts,
+/// in milliseconds.
+///
+/// `locked` locks the rows of every key named, in one (bytewise) order, before anything else, as
+/// the function does and for the same reason: no deadlock between batches. A row this
+/// statement's snapshot does not hold (one another batch has just created) could only be locked
+/// later, out of order; so unless every key's row is locked (`go`), nothing is done and every row
+/// says so (`complete` false): [`CREATE_ROWS_SQL`] creates the rows and the statement is sent again.
 const TAKE_AND_ADVANCE_SQL: &str = "
 WITH ident AS (
     SELECT $2::text IS NULL OR EXISTS (
@@ -63,33 +64,32 @@ WITH ident AS (
         WHERE key = ANY($3::text[] || $5::text[])
         ORDER BY key COLLATE \"C\"
         FOR UPDATE) AS rows
+), go AS (
+    SELECT ident.ok AND locked.n = (
+        SELECT count(DISTINCT k) FROM unnest($3::text[] || $5::text[]) AS k) AS go
+    FROM ident, locked
 ), released AS (
     UPDATE fence_marks AS f SET turn_expires = '-infinity'
-    FROM unnest($3::text[], $4::bigint[]) AS r(k, t), ident, locked
-    WHERE ident.ok AND f.key = r.k AND f.turn_holder = $1 AND f.turn = r.t
+    FROM unnest($3::text[], $4::bigint[]) AS r(k, t), go
+    WHERE go.go AND f.key = r.k AND f.turn_holder = $1 AND f.turn = r.t
     RETURNING f.key
 ), waiting AS (
-    SELECT w.key, w.holder, w.enqueued FROM fence_turn_waiters AS w, ident
-    WHERE w.key = ANY($3::text[] || $5::text[]) AND w.seen > ident.fresh_since
+    SELECT w.key, w.ahead
+    FROM ident, fencegate_turn_waiting($3::text[] || $5::text[], $1, ident.fresh_since) AS w
 ), ahead AS (
     SELECT e.k FROM unnest($5::text[]) AS e(k)
-    WHERE EXISTS (
-        SELECT 1 FROM waiting AS w
-        LEFT JOIN waiting AS mine ON mine.key = w.key AND mine.holder = $1
-        WHERE w.key = e.k AND w.holder <> $1
-            AND (mine.holder IS NULL OR (w.enqueued, w.holder) < (mine.enqueued, mine.holder)))
+    WHERE EXISTS (SELECT 1 FROM waiting AS w WHERE w.key = e.k AND w.ahead)
 ), yielded AS (
     UPDATE fence_marks AS f SET turn_expires = '-infinity'
-    FROM ahead, ident, locked
-    WHERE ident.ok AND f.key = ahead.k AND f.turn_holder = $1
+    FROM ahead, go
+    WHERE go.go AND f.key = ahead.k AND f.turn_holder = $1
         AND f.turn_expires > clock_timestamp()
     RETURNING f.key
 ), took AS (
     INSERT INTO fence_marks AS f (key, mark, previous_mark, turn_holder, turn, turn_expires)
     SELECT e.k, e.t, NULL, $1, e.turn, clock_timestamp() + e.l * interval '1 millisecond'
-    FROM unnest($5::text[], $6::bigint[], $7::bigint[], $8::bigint[]) AS e(k, turn, l, t), ident,
-        locked
-    WHERE ident.ok AND NOT EXISTS (SELECT 1 FROM ahead WHERE ahead.k = e.k)
+    FROM unnest($5::text[], $6::bigint[], $7::bigint[], $8::bigint[]) AS e(k, turn, l, t), go
+    WHERE go.go AND NOT EXISTS (SELECT 1 FROM ahead WHERE ahead.k = e.k)
     ORDER BY e.k COLLATE \"C\"
     ON CONFLICT (key) DO UPDATE
         SET previous_mark = f.mark, mark = GREATEST(f.mark, excluded.mark),
@@ -104,8 +104,8 @@ WITH ident AS (
 ), queued AS (
     INSERT INTO fence_turn_waiters AS w (key, holder, enqueued, seen)
     SELECT e.k, $1, clock_timestamp(), clock_timestamp()
-    FROM unnest($5::text[]) AS e(k), ident
-    WHERE ident.ok AND NOT EXISTS (SELECT 1 FROM took WHERE took.key = e.k)
+    FROM unnest($5::text[]) AS e(k), go
+    WHERE go.go AND NOT EXISTS (SELECT 1 FROM took WHERE took.key = e.k)
     ORDER BY e.k COLLATE \"C\"
     ON CONFLICT (key, holder) DO UPDATE
         SET seen = excluded.seen,
@@ -113,23 +113,65 @@ WITH ident AS (
                 ELSE excluded.enqueued END
 ), wants AS (
     SELECT count(pg_notify('fencegate_turns', f.turn_holder || ' ' || f.key)) AS n
-    FROM unnest($5::text[]) AS e(k) JOIN fence_marks AS f ON f.key = e.k
-    WHERE f.turn_holder IS DISTINCT FROM $1 AND f.turn_expires > clock_timestamp()
+    FROM unnest($5::text[]) AS e(k) JOIN fence_marks AS f ON f.key = e.k, go
+    WHERE go.go AND f.turn_holder IS DISTINCT FROM $1 AND f.turn_expires > clock_timestamp()
         AND NOT EXISTS (SELECT 1 FROM took WHERE took.key = e.k)
 ), frees AS (
     SELECT count(pg_notify('fencegate_turn_free', r.key)) AS n
     FROM (SELECT key FROM released UNION SELECT key FROM yielded) AS r
-    WHERE EXISTS (SELECT 1 FROM waiting AS w WHERE w.key = r.key AND w.holder <> $1)
+    WHERE EXISTS (SELECT 1 FROM waiting AS w WHERE w.key = r.key)
 )
-SELECT took.key IS NOT NULL, took.previous_mark, ident.ok,
-    took.key IS NOT NULL
-        AND EXISTS (SELECT 1 FROM waiting AS w WHERE w.key = e.k AND w.holder <> $1)
+SELECT took.key IS NOT NULL, took.previous_mark, ident.ok, go.go,
+    took.key IS NOT NULL AND EXISTS (SELECT 1 FROM waiting AS w WHERE w.key = e.k)
 FROM unnest($5::text[]) WITH ORDINALITY AS e(k, i)
     CROSS JOIN ident
+    CROSS JOIN go
     CROSS JOIN wants
     CROSS JOIN frees
     LEFT JOIN took ON took.key = e.k
 ORDER BY e.i";
+
+/// Creates the missing rows of a batch's keys, empty (no mark, no turn), in the batches' order,
+/// waiting for any other batch creating one of them; the rows of marks are never deleted, so
+/// [`TAKE_AND_ADVANCE_SQL`] sent after it finds every row.
+const CREATE_ROWS_SQL: &str = "
+INSERT INTO fence_marks (key)
+SELECT e.k FROM unnest($1::text[]) AS e(k)
+ORDER BY e.k COLLATE \"C\"
+ON CONFLICT (key) DO NOTHING";
+
+/// The releases of a replica that closes: its turns that are over, each announced on the free
+/// channel where another replica waits. The rows are locked first, in the batches' order.
+const CLOSE_RELEASE_SQL: &str = "
+WITH locked AS (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM fence_marks
+        WHERE key = ANY($2::text[])
+        ORDER BY key COLLATE \"C\"
+        FOR UPDATE) AS rows
+), released AS (
+    UPDATE fence_marks AS f SET turn_expires = '-infinity'
+    FROM unnest($2::text[], $3::bigint[]) AS r(k, t), locked
+    WHERE f.key = r.k AND f.turn_holder = $1 AND f.turn = r.t
+    RETURNING f.key
+)
+SELECT count(pg_notify('fencegate_turn_free', w.key))
+FROM (SELECT array_agg(key) AS keys FROM released) AS r,
+    fencegate_turn_waiting(r.keys, $1, clock_timestamp() - $4::bigint * interval '1 millisecond')
+        AS w";
+
+/// This replica leaves the queues of waiters of keys `$2`. A batch writes a key's waiters only
+/// under the lock of the key's row, so the rows are locked first, in the batches' order.
+const LEAVE_SQL: &str = "
+WITH locked AS (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM fence_marks
+        WHERE key = ANY($2::text[])
+        ORDER BY key COLLATE \"C\"
+        FOR UPDATE) AS rows
+)
+DELETE FROM fence_turn_waiters AS w USING locked
+WHERE w.holder = $1 AND w.key = ANY($2::text[])";
 
 /// How long releases wait for takes to share a statement with; another replica waiting for the key
 /// waits this much longer.
@@ -298,21 +340,12 @@ impl TurnStore for PostgresTurns {
                     )))
                 }
             };
-            let released = sqlx::query(
-                "WITH released AS ( \
-                     UPDATE fence_marks AS f SET turn_expires = '-infinity' \
-                     FROM unnest($2::text[], $3::bigint[]) AS r(k, t) \
-                     WHERE f.key = r.k AND f.turn_holder = $1 AND f.turn = r.t \
-                     RETURNING f.key) \
-                 SELECT count(pg_notify('fencegate_turn_free', released.key)) FROM released \
-                 WHERE fencegate_turn_waited_for(released.key, $1, \
-                     clock_timestamp() - $4::bigint * interval '1 millisecond')",
-            )
-            .bind(&*self.holder)
-            .bind(&keys)
-            .bind(&turns)
-            .bind(millis(WAITER_STALE))
-            .execute(&mut connection);
+            let released = sqlx::query(CLOSE_RELEASE_SQL)
+                .bind(&*self.holder)
+                .bind(&keys)
+                .bind(&turns)
+                .bind(millis(WAITER_STALE))
+                .execute(&mut connection);
             match tokio::time::timeout(STATEMENT_TIMEOUT, released).await {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(source)) => Err(backend_error(source)),
@@ -528,31 +561,17 @@ impl HolderTask {
             (keys, turns, tokens)
         });
         let statement = match &plain {
-            Some((release_keys, release_turns, tokens)) => {
-                let rows =
-                    sqlx::query_as::<_, (bool, Option<i64>, bool, bool)>(TAKE_AND_ADVANCE_SQL)
-                        .bind(&*holder)
-                        .bind(expected.as_deref())
-                        .bind(release_keys)
-                        .bind(release_turns)
-                        .bind(&takes.keys)
-                        .bind(&takes.turns)
-                        .bind(&takes.leases)
-                        .bind(tokens)
-                        .bind(millis(WAITER_STALE))
-                        .fetch_all(connection);
-                Box::pin(async move {
-                    let rows = rows.await?;
-                    if rows.iter().any(|(_, _, ok, _)| !ok) {
-                        return Ok(None);
-                    }
-                    Ok(Some(
-                        rows.into_iter()
-                            .map(|(taken, mark, _, wanted)| (taken, mark, wanted))
-                            .collect(),
-                    ))
-                }) as BatchFuture<'_>
-            }
+            Some((release_keys, release_turns, tokens)) => Box::pin(take_and_advance(
+                connection,
+                PlainBatch {
+                    holder: &holder,
+                    expected: expected.as_deref(),
+                    release_keys,
+                    release_turns,
+                    takes,
+                    tokens,
+                },
+            )) as BatchFuture<'_>,
             None => {
                 let rows = sqlx::query_as::<_, TakeRow>(
                     "SELECT taken, mark, wanted \
@@ -609,11 +628,10 @@ impl HolderTask {
                 return;
             }
         };
-        let statement =
-            sqlx::query("DELETE FROM fence_turn_waiters WHERE holder = $1 AND key = ANY($2)")
-                .bind(&*holder)
-                .bind(keys)
-                .execute(connection);
+        let statement = sqlx::query(LEAVE_SQL)
+            .bind(&*holder)
+            .bind(keys)
+            .execute(connection);
         if !matches!(
             tokio::time::timeout(STATEMENT_TIMEOUT, statement).await,
             Ok(Ok(_))
@@ -668,6 +686,58 @@ impl HolderTask {
         }
         self.connection.as_mut().ok_or(StoreError::Closed)
     }
+}
+
+/// The arguments of one [`TAKE_AND_ADVANCE_SQL`] statement.
+struct PlainBatch<'a> {
+    holder: &'a str,
+    expected: Option<&'a str>,
+    release_keys: &'a [&'a str],
+    release_turns: &'a [i64],
+    takes: &'a Takes,
+    tokens: &'a [i64],
+}
+
+/// One batch whose every take advances: [`TAKE_AND_ADVANCE_SQL`], and where a key's row was
+/// missing, [`CREATE_ROWS_SQL`] and the statement once more. `None` for a store whose identity
+/// record is not the adopted one.
+async fn take_and_advance(
+    connection: &mut PgConnection,
+    batch: PlainBatch<'_>,
+) -> Result<Option<Vec<TakeRow>>, sqlx::Error> {
+    for attempt in 0..2 {
+        let rows = sqlx::query_as::<_, (bool, Option<i64>, bool, bool, bool)>(TAKE_AND_ADVANCE_SQL)
+            .bind(batch.holder)
+            .bind(batch.expected)
+            .bind(batch.release_keys)
+            .bind(batch.release_turns)
+            .bind(&batch.takes.keys)
+            .bind(&batch.takes.turns)
+            .bind(&batch.takes.leases)
+            .bind(batch.tokens)
+            .bind(millis(WAITER_STALE))
+            .fetch_all(&mut *connection)
+            .await?;
+        if rows.iter().any(|(_, _, ok, _, _)| !ok) {
+            return Ok(None);
+        }
+        if rows.iter().all(|(_, _, _, complete, _)| *complete) {
+            return Ok(Some(
+                rows.into_iter()
+                    .map(|(taken, mark, _, _, wanted)| (taken, mark, wanted))
+                    .collect(),
+            ));
+        }
+        if attempt == 0 {
+            sqlx::query(CREATE_ROWS_SQL)
+                .bind(&batch.takes.keys)
+                .execute(&mut *connection)
+                .await?;
+        }
+    }
+    Err(sqlx::Error::Protocol(
+        "the rows of a turn batch's keys were missing after they were created".to_owned(),
+    ))
 }
 
 impl Takes {

@@ -7,9 +7,10 @@
 -- the cycle after deadlock_timeout, failing a batch). Now a batch first creates the rows it lacks,
 -- empty and in the same order, waiting for any other batch creating one of them; its lock, a
 -- statement later, then sees every row it names. The gateway's plain take-and-advance statement
--- (one snapshot) locks what it sees and does nothing else when a row is missing; the gateway then
--- creates the rows the same way and sends the statement again. Renewals, the releases of a
--- replica that closes and a waiter leaving a queue lock the rows in the same order as well.
+-- (one snapshot) creates the rows its snapshot lacks the same way, taken at once, locks the rest,
+-- and does nothing more when a row it could not see was created meanwhile; the gateway sends the
+-- takes left again. Renewals, the releases of a replica that closes and a waiter leaving a queue
+-- lock the rows in the same order as well.
 --
 -- fencegate_turn_waiting replaces fencegate_turn_ahead and fencegate_turn_waited_for: one read of
 -- the fresh waiters of a whole batch's keys (one index scan, instead of two calls for every key).
@@ -59,6 +60,7 @@ BEGIN
     -- for here, before this batch locks anything.
     INSERT INTO fence_marks AS f (key)
     SELECT e.k FROM unnest(take_keys) AS e(k)
+    WHERE NOT EXISTS (SELECT 1 FROM fence_marks AS m WHERE m.key = e.k)
     ORDER BY e.k COLLATE "C"
     ON CONFLICT (key) DO NOTHING;
     PERFORM 1 FROM fence_marks AS f

@@ -16,6 +16,7 @@ mod advance;
 mod codec;
 mod intent_writes;
 mod intents;
+mod known_rows;
 mod reads;
 mod schema;
 mod thread_batchers;

@@ -15,6 +15,7 @@ use sqlx::ConnectOptions as _;
 use tokio::sync::{mpsc, oneshot};
 
 use super::codec::{decode_mark, encode_mark};
+use super::known_rows::KnownRows;
 use super::turn_wants::{ReleaseNow, TurnWants};
 use super::BACKEND;
 use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
@@ -29,6 +30,12 @@ const MAX_BATCH: usize = 1024;
 /// One take's row: whether the turn was taken, the mark found, and whether another replica waits
 /// for the key.
 type TakeRow = (bool, Option<i64>, bool);
+/// One row of [`TAKE_AND_ADVANCE_SQL`]: taken, the mark found, the identity held, every row locked
+/// (all made), the key's row created by this statement, another replica waits.
+type PlainRow = (bool, Option<i64>, bool, bool, bool, bool);
+/// Most statements one plain batch is sent in: the rows a statement could not lock exist when it
+/// ends, so the next one's snapshot holds them.
+const MAX_PLAIN_TRIES: usize = 4;
 /// One batch statement's rows, or `None` for a store whose identity record is not the adopted one.
 type BatchFuture<'a> = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<Option<Vec<TakeRow>>, sqlx::Error>> + Send + 'a>,
@@ -46,26 +53,38 @@ type BatchFuture<'a> = std::pin::Pin<
 /// notifies the key's holder that this replica wants it (`turn_wants.rs`); a take made leaves the
 /// queue; a key released while others wait is announced on the free channel; and each row says
 /// whether another replica waits for a key taken. `$9`: how long a waiter not seen still counts,
-/// in milliseconds.
+/// in milliseconds. `$10`: whether a key may lack its row (false skips the creations' lookups).
 ///
-/// `locked` locks the rows of every key named, in one (bytewise) order, before anything else, as
-/// the function does and for the same reason: no deadlock between batches. A row this
-/// statement's snapshot does not hold (one another batch has just created) could only be locked
-/// later, out of order; so unless every key's row is locked (`go`), nothing is done and every row
-/// says so (`complete` false): [`CREATE_ROWS_SQL`] creates the rows and the statement is sent again.
+/// No deadlock between batches: before it locks anything, the statement creates the rows of the
+/// keys its snapshot lacks, in one (bytewise) order, each taken and advanced at once (`created`:
+/// a key without a row has no holder and no waiters), waiting for any other batch creating one
+/// of them; then `locked` locks the rows of every other key named, in the same order, as the
+/// function does. A row another batch created after this statement's snapshot could only be
+/// locked later, out of order: unless every key's row is created or locked (`go`), nothing but
+/// the creations is done, and every row says so (`go` false; `created` for the keys created):
+/// the other takes and the releases are sent again, in a statement whose snapshot holds the rows.
 const TAKE_AND_ADVANCE_SQL: &str = "
 WITH ident AS (
     SELECT $2::text IS NULL OR EXISTS (
         SELECT 1 FROM fencegate_meta WHERE name = 'store_id' AND value = $2::text) AS ok,
         clock_timestamp() - $9::bigint * interval '1 millisecond' AS fresh_since
+), created AS (
+    INSERT INTO fence_marks AS f (key, mark, previous_mark, turn_holder, turn, turn_expires)
+    SELECT e.k, e.t, NULL, $1, e.turn, clock_timestamp() + e.l * interval '1 millisecond'
+    FROM unnest($5::text[], $6::bigint[], $7::bigint[], $8::bigint[]) AS e(k, turn, l, t), ident
+    WHERE $10::boolean AND ident.ok
+        AND NOT EXISTS (SELECT 1 FROM fence_marks AS m WHERE m.key = e.k)
+    ORDER BY e.k COLLATE \"C\"
+    ON CONFLICT (key) DO NOTHING
+    RETURNING f.key
 ), locked AS (
     SELECT count(*) AS n FROM (
         SELECT 1 FROM fence_marks
-        WHERE key = ANY($3::text[] || $5::text[])
+        WHERE key = ANY($3::text[] || $5::text[]) AND (SELECT count(*) FROM created) >= 0
         ORDER BY key COLLATE \"C\"
         FOR UPDATE) AS rows
 ), go AS (
-    SELECT ident.ok AND locked.n = (
+    SELECT ident.ok AND locked.n + (SELECT count(*) FROM created) = (
         SELECT count(DISTINCT k) FROM unnest($3::text[] || $5::text[]) AS k) AS go
     FROM ident, locked
 ), released AS (
@@ -90,6 +109,7 @@ WITH ident AS (
     SELECT e.k, e.t, NULL, $1, e.turn, clock_timestamp() + e.l * interval '1 millisecond'
     FROM unnest($5::text[], $6::bigint[], $7::bigint[], $8::bigint[]) AS e(k, turn, l, t), go
     WHERE go.go AND NOT EXISTS (SELECT 1 FROM ahead WHERE ahead.k = e.k)
+        AND NOT EXISTS (SELECT 1 FROM created WHERE created.key = e.k)
     ORDER BY e.k COLLATE \"C\"
     ON CONFLICT (key) DO UPDATE
         SET previous_mark = f.mark, mark = GREATEST(f.mark, excluded.mark),
@@ -106,6 +126,7 @@ WITH ident AS (
     SELECT e.k, $1, clock_timestamp(), clock_timestamp()
     FROM unnest($5::text[]) AS e(k), go
     WHERE go.go AND NOT EXISTS (SELECT 1 FROM took WHERE took.key = e.k)
+        AND NOT EXISTS (SELECT 1 FROM created WHERE created.key = e.k)
     ORDER BY e.k COLLATE \"C\"
     ON CONFLICT (key, holder) DO UPDATE
         SET seen = excluded.seen,
@@ -121,24 +142,17 @@ WITH ident AS (
     FROM (SELECT key FROM released UNION SELECT key FROM yielded) AS r
     WHERE EXISTS (SELECT 1 FROM waiting AS w WHERE w.key = r.key)
 )
-SELECT took.key IS NOT NULL, took.previous_mark, ident.ok, go.go,
+SELECT created.key IS NOT NULL OR took.key IS NOT NULL, took.previous_mark, ident.ok, go.go,
+    created.key IS NOT NULL,
     took.key IS NOT NULL AND EXISTS (SELECT 1 FROM waiting AS w WHERE w.key = e.k)
 FROM unnest($5::text[]) WITH ORDINALITY AS e(k, i)
     CROSS JOIN ident
     CROSS JOIN go
     CROSS JOIN wants
     CROSS JOIN frees
+    LEFT JOIN created ON created.key = e.k
     LEFT JOIN took ON took.key = e.k
 ORDER BY e.i";
-
-/// Creates the missing rows of a batch's keys, empty (no mark, no turn), in the batches' order,
-/// waiting for any other batch creating one of them; the rows of marks are never deleted, so
-/// [`TAKE_AND_ADVANCE_SQL`] sent after it finds every row.
-const CREATE_ROWS_SQL: &str = "
-INSERT INTO fence_marks (key)
-SELECT e.k FROM unnest($1::text[]) AS e(k)
-ORDER BY e.k COLLATE \"C\"
-ON CONFLICT (key) DO NOTHING";
 
 /// The releases of a replica that closes: its turns that are over, each announced on the free
 /// channel where another replica waits. The rows are locked first, in the batches' order.
@@ -261,6 +275,7 @@ impl PostgresTurns {
             releases: Vec::new(),
             release_failed: false,
             releases_since: None,
+            known_rows: KnownRows::default(),
         };
         tokio::spawn(task.run(receiver));
         TurnTask { commands }
@@ -371,6 +386,8 @@ struct HolderTask {
     release_failed: bool,
     /// Since when releases have been waiting (`None` while there are none).
     releases_since: Option<Instant>,
+    /// Keys whose rows this task has seen: a plain batch of only these creates none.
+    known_rows: KnownRows,
 }
 
 /// The takes of one batch, column by column, with their replies.
@@ -547,6 +564,7 @@ impl HolderTask {
             .iter()
             .map(|(key, turn)| (key.as_str(), turn_arg(*turn)))
             .unzip();
+        let create = !self.known_rows.all_known(takes.keys.iter());
         let connection = self.connection().await?;
         let tokens: Option<Vec<i64>> = takes.tokens.iter().copied().collect();
         // Every take advances: one plain statement. A release of a key this batch takes again
@@ -570,6 +588,7 @@ impl HolderTask {
                     release_turns,
                     takes,
                     tokens,
+                    create,
                 },
             )) as BatchFuture<'_>,
             None => {
@@ -608,11 +627,11 @@ impl HolderTask {
                 "the turn batch did not answer in time",
             ))),
         };
-        if let Err(error) = &ran {
-            if !matches!(error, StoreError::Untrusted { .. }) {
-                // The connection's state is unknown: give it up.
-                self.connection = None;
-            }
+        match &ran {
+            Ok(_) => self.known_rows.learn(takes.keys.iter()),
+            Err(StoreError::Untrusted { .. }) => {}
+            // The connection's state is unknown: give it up.
+            Err(_) => self.connection = None,
         }
         ran
     }
@@ -696,48 +715,75 @@ struct PlainBatch<'a> {
     release_turns: &'a [i64],
     takes: &'a Takes,
     tokens: &'a [i64],
+    /// Whether a key may lack its row (one this task has not seen).
+    create: bool,
 }
 
-/// One batch whose every take advances: [`TAKE_AND_ADVANCE_SQL`], and where a key's row was
-/// missing, [`CREATE_ROWS_SQL`] and the statement once more. `None` for a store whose identity
-/// record is not the adopted one.
+/// One batch whose every take advances: [`TAKE_AND_ADVANCE_SQL`], sent again with its releases and
+/// the takes whose rows it could not lock (rows another batch created meanwhile) until every row
+/// is locked. `None` for a store whose identity record is not the adopted one.
 async fn take_and_advance(
     connection: &mut PgConnection,
     batch: PlainBatch<'_>,
 ) -> Result<Option<Vec<TakeRow>>, sqlx::Error> {
-    for attempt in 0..2 {
-        let rows = sqlx::query_as::<_, (bool, Option<i64>, bool, bool, bool)>(TAKE_AND_ADVANCE_SQL)
+    let takes = batch.takes;
+    let mut answers: Vec<Option<TakeRow>> = vec![None; takes.keys.len()];
+    let mut pending: Vec<usize> = (0..takes.keys.len()).collect();
+    let mut create = batch.create;
+    for _ in 0..MAX_PLAIN_TRIES {
+        let pick = |values: &[i64]| pending.iter().map(|&i| values[i]).collect::<Vec<i64>>();
+        let keys: Vec<&str> = pending.iter().map(|&i| takes.keys[i].as_str()).collect();
+        let rows = sqlx::query_as::<_, PlainRow>(TAKE_AND_ADVANCE_SQL)
             .bind(batch.holder)
             .bind(batch.expected)
             .bind(batch.release_keys)
             .bind(batch.release_turns)
-            .bind(&batch.takes.keys)
-            .bind(&batch.takes.turns)
-            .bind(&batch.takes.leases)
-            .bind(batch.tokens)
+            .bind(&keys)
+            .bind(pick(&takes.turns))
+            .bind(pick(&takes.leases))
+            .bind(pick(batch.tokens))
             .bind(millis(WAITER_STALE))
+            .bind(create)
             .fetch_all(&mut *connection)
             .await?;
-        if rows.iter().any(|(_, _, ok, _, _)| !ok) {
+        if rows.len() != pending.len() {
+            return Err(sqlx::Error::Protocol(format!(
+                "the turn batch answered {} rows for {} takes",
+                rows.len(),
+                pending.len()
+            )));
+        }
+        if rows.iter().any(|(_, _, ok, _, _, _)| !ok) {
             return Ok(None);
         }
-        if rows.iter().all(|(_, _, _, complete, _)| *complete) {
-            return Ok(Some(
-                rows.into_iter()
-                    .map(|(taken, mark, _, _, wanted)| (taken, mark, wanted))
-                    .collect(),
-            ));
+        // Nothing but creations is made unless every row was locked; then all of it is.
+        let made = rows.first().is_some_and(|(_, _, _, go, _, _)| *go);
+        let mut left = Vec::new();
+        for (i, (taken, mark, _, _, created, wanted)) in pending.into_iter().zip(rows) {
+            if made || created {
+                answers[i] = Some((taken, mark, wanted));
+            } else {
+                left.push(i);
+            }
         }
-        if attempt == 0 {
-            sqlx::query(CREATE_ROWS_SQL)
-                .bind(&batch.takes.keys)
-                .execute(&mut *connection)
-                .await?;
+        if made {
+            return Ok(Some(answers.into_iter().flatten().collect()));
         }
+        if left.is_empty() {
+            // Every take created its row, and still a released key's row was not locked.
+            break;
+        }
+        // The takes left and the releases go again.
+        create = true;
+        tracing::debug!(
+            takes = left.len(),
+            "turn takes whose rows another batch created go again"
+        );
+        pending = left;
     }
-    Err(sqlx::Error::Protocol(
-        "the rows of a turn batch's keys were missing after they were created".to_owned(),
-    ))
+    Err(sqlx::Error::Protocol(format!(
+        "the rows of a turn batch's keys could not be locked in {MAX_PLAIN_TRIES} statements"
+    )))
 }
 
 impl Takes {

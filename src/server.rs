@@ -12,6 +12,7 @@ mod connection;
 mod framing;
 mod in_place;
 mod refusal;
+pub mod request_head;
 mod tracked;
 mod watched_stream;
 mod workers;

@@ -13,6 +13,7 @@ mod framing;
 mod in_place;
 mod refusal;
 pub mod request_head;
+pub mod response_head;
 mod tracked;
 mod watched_stream;
 mod workers;

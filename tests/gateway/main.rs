@@ -27,6 +27,7 @@ mod provider_keys;
 mod reconciliation;
 mod request_heads;
 mod request_id;
+mod response_heads;
 mod store_failures;
 mod tls;
 mod token_poisoning;

@@ -1,7 +1,9 @@
 //! Forwarding to upstreams (docs/design.md §7): the upstream address of a route, the RFC 9110
 //! header rules a proxy must apply, the stack's shared future and service shapes, and the forwarding
-//! service. (The body types are `crate::body`; a route's upstream is `crate::route`.)
+//! service, with the decoder of HTTP/1 message bodies (`body_decoder`). (The body types are
+//! `crate::body`; a route's upstream is `crate::route`.)
 
+pub mod body_decoder;
 mod capture;
 mod client_stream;
 mod forward;

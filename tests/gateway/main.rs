@@ -25,6 +25,7 @@ mod malformed_http;
 mod ordering;
 mod provider_keys;
 mod reconciliation;
+mod request_bodies;
 mod request_heads;
 mod request_id;
 mod response_heads;

@@ -10,15 +10,9 @@ use http::{Method, StatusCode, Version};
 
 use super::{H1Error, MAX_RESPONSE_HEADERS};
 
-/// How a response's body is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResponseFraming {
-    /// Exactly this many bytes (none: HEAD, 204, 304).
-    Length(u64),
-    Chunked,
-    /// Until the upstream closes the connection; it cannot be used again.
-    UntilClose,
-}
+/// How a response's body is delimited (none: HEAD, 204, 304, `Length(0)`; `UntilClose`: the
+/// connection cannot be used again).
+pub use crate::proxy::body_decoder::BodyFraming as ResponseFraming;
 
 /// A final (non-1xx) response head.
 #[derive(Debug)]
@@ -263,26 +257,6 @@ pub fn response_framing(head: &ResponseHead, method: &Method) -> Result<Response
     }
 }
 
-/// Parses the trailer section of a chunked body, the empty line that ends it included; every
-/// byte of it must belong to a field.
-pub fn parse_trailers(section: &[u8]) -> Result<HeaderMap, H1Error> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
-    match httparse::parse_headers(section, &mut fields) {
-        Ok(httparse::Status::Complete((used, parsed))) if used == section.len() => {
-            let mut trailers = HeaderMap::with_capacity(parsed.len());
-            for field in parsed {
-                let name = HeaderName::from_bytes(field.name.as_bytes())
-                    .map_err(|_| H1Error::Malformed("a trailer name is invalid"))?;
-                let value = HeaderValue::from_bytes(field.value)
-                    .map_err(|_| H1Error::Malformed("a trailer value is invalid"))?;
-                trailers.append(name, value);
-            }
-            Ok(trailers)
-        }
-        _ => Err(H1Error::Malformed("the trailer section does not parse")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -430,15 +404,6 @@ mod tests {
         }
         many.extend_from_slice(b"\r\n");
         assert!(parse_head(&mut BytesMut::from(&many[..]), &mut Vec::new()).is_err());
-    }
-
-    #[test]
-    fn trailers_parse_into_fields() {
-        let trailers = parse_trailers(b"Checksum: abc\r\nX-B: 2\r\n\r\n").expect("parses");
-        assert_eq!(trailers["checksum"], "abc");
-        assert_eq!(trailers["x-b"], "2");
-        assert!(parse_trailers(b"no colon\r\n\r\n").is_err());
-        assert!(parse_trailers(b"X: 1\n\nJUNK\r\n\r\n").is_err());
     }
 
     #[test]

@@ -42,3 +42,13 @@ pub enum H1Error {
     #[error("the upstream's response is malformed: {0}")]
     Malformed(&'static str),
 }
+
+impl From<crate::proxy::body_decoder::DecodeError> for H1Error {
+    fn from(error: crate::proxy::body_decoder::DecodeError) -> H1Error {
+        use crate::proxy::body_decoder::DecodeError;
+        match error {
+            DecodeError::Malformed(why) => H1Error::Malformed(why),
+            DecodeError::Incomplete => H1Error::IncompleteBody,
+        }
+    }
+}

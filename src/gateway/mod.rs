@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use http::{Request, Response};
-use hyper::body::Incoming;
 use tower::{Service, ServiceBuilder};
 
 use crate::authority::Authorities;
@@ -152,7 +151,12 @@ fn check_request_head<B>(request: &Request<B>, plain_coding: bool) -> Result<(),
     check_host(request).map_err(GatewayError::InvalidHost)
 }
 
-impl Service<Request<Incoming>> for Gateway {
+/// Any body a server hands the gateway: hyper's, or the gateway's own HTTP/1 server's.
+impl<B> Service<Request<B>> for Gateway
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + Sync + Unpin + 'static,
+    B::Error: Into<crate::body::BoxError>,
+{
     type Response = Response<ProxyBody>;
     type Error = Infallible;
     type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
@@ -166,7 +170,7 @@ impl Service<Request<Incoming>> for Gateway {
         }
     }
 
-    fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
         // Read before the hop-by-hop headers go, `Transfer-Encoding` among them.
         let plain_coding = transfer_coding_is_plain(request.headers());
         // First of all: drop hop-by-hop headers and every header the client names in

@@ -1,5 +1,5 @@
-//! The client's request body as the gateway reads it: hyper's stream, with its failures told
-//! apart from the upstream's (a malformed or cut-off body is the client's fault: 400) and a
+//! The client's request body as the gateway reads it: the server's stream (hyper's, or any body
+//! a server hands the gateway), with its failures told apart from the upstream's (a malformed or cut-off body is the client's fault: 400) and a
 //! bound on how long it may pause between two pieces (`[server] body_timeout`: 408).
 
 use std::future::Future as _;
@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
 use crate::body::{BoxError, RequestBody};
@@ -18,7 +17,7 @@ use crate::error::GatewayError;
 /// The client's body failed: bad chunked framing, or the connection closed before its end.
 #[derive(Debug, thiserror::Error)]
 #[error("the client's request body failed: {0}")]
-pub struct ClientBodyFailed(#[source] hyper::Error);
+pub struct ClientBodyFailed(#[source] BoxError);
 
 /// The client's body paused for longer than `body_timeout`.
 #[derive(Debug, thiserror::Error)]
@@ -27,17 +26,17 @@ pub struct ClientBodyStalled {
     pub after: Duration,
 }
 
-/// hyper's incoming body with a pause bound.
-pub struct ClientStream {
-    incoming: Incoming,
+/// The server's incoming body with a pause bound.
+pub struct ClientStream<B> {
+    incoming: B,
     pause: Duration,
     /// Armed when a read finds nothing ready; disarmed by the next piece.
     timer: Option<Pin<Box<Sleep>>>,
     armed: bool,
 }
 
-impl ClientStream {
-    pub fn new(incoming: Incoming, pause: Duration) -> ClientStream {
+impl<B> ClientStream<B> {
+    pub fn new(incoming: B, pause: Duration) -> ClientStream<B> {
         ClientStream {
             incoming,
             pause,
@@ -47,7 +46,11 @@ impl ClientStream {
     }
 }
 
-impl Body for ClientStream {
+impl<B> Body for ClientStream<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
     type Data = Bytes;
     type Error = BoxError;
 
@@ -61,7 +64,7 @@ impl Body for ClientStream {
                 this.armed = false;
                 Poll::Ready(
                     polled.map(|frame| {
-                        frame.map_err(|e| -> BoxError { Box::new(ClientBodyFailed(e)) })
+                        frame.map_err(|e| -> BoxError { Box::new(ClientBodyFailed(e.into())) })
                     }),
                 )
             }
@@ -113,7 +116,11 @@ pub fn client_body_fault(error: &(dyn std::error::Error + 'static)) -> Option<Ga
 
 /// The client's body, streamed into a [`RequestBody`]; failing if it pauses for longer than
 /// `pause`.
-pub fn streamed_body(incoming: Incoming, pause: Duration) -> RequestBody {
+pub fn streamed_body<B>(incoming: B, pause: Duration) -> RequestBody
+where
+    B: Body<Data = Bytes> + Send + Sync + Unpin + 'static,
+    B::Error: Into<BoxError>,
+{
     use http_body_util::BodyExt as _;
     RequestBody::unlimited(ClientStream::new(incoming, pause).boxed())
 }

@@ -10,6 +10,7 @@ mod activity;
 mod admin_listener;
 mod clock;
 mod connection;
+mod field_values;
 mod framing;
 mod in_place;
 mod refusal;

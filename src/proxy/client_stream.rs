@@ -62,11 +62,9 @@ where
         match Pin::new(&mut this.incoming).poll_frame(cx) {
             Poll::Ready(polled) => {
                 this.armed = false;
-                Poll::Ready(
-                    polled.map(|frame| {
-                        frame.map_err(|e| -> BoxError { Box::new(ClientBodyFailed(e.into())) })
-                    }),
-                )
+                Poll::Ready(polled.map(|frame| {
+                    frame.map_err(|e| -> BoxError { Box::new(ClientBodyFailed(e.into())) })
+                }))
             }
             Poll::Pending => {
                 let pause = this.pause;

@@ -9,6 +9,8 @@ use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
 
+use super::field_values::{digits, has_token, last_coding_is_chunked};
+
 /// The most header fields a request head may carry (hyper's server limit).
 pub const MAX_REQUEST_HEADERS: usize = 100;
 /// The largest `Content-Length` served (hyper's bound); a larger one is refused with 431.
@@ -262,38 +264,6 @@ impl Framing {
             both_lengths,
         }))
     }
-}
-
-/// Whether the last coding `value` names is `chunked`.
-fn last_coding_is_chunked(value: &HeaderValue) -> bool {
-    value
-        .to_str()
-        .ok()
-        .and_then(|codings| codings.rsplit(',').next())
-        .is_some_and(|coding| coding.trim().eq_ignore_ascii_case("chunked"))
-}
-
-/// Whether the comma-separated list `value` has `token`, in any letter case.
-fn has_token(value: &HeaderValue, token: &str) -> bool {
-    value.to_str().is_ok_and(|list| {
-        list.split(',')
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
-    })
-}
-
-/// A `Content-Length` value: decimal digits only, within a `u64`.
-fn digits(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() {
-        return None;
-    }
-    let mut value = 0u64;
-    for &byte in bytes {
-        if !byte.is_ascii_digit() {
-            return None;
-        }
-        value = value.checked_mul(10)?.checked_add(u64::from(byte - b'0'))?;
-    }
-    Some(value)
 }
 
 #[cfg(test)]

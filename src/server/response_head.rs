@@ -6,6 +6,8 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
+use super::field_values::{digits, has_token, last_coding_is_chunked};
+
 /// The request a response answers, as far as its head depends on it.
 #[derive(Debug, Clone, Copy)]
 pub struct Answering<'a> {
@@ -315,32 +317,6 @@ fn can_have_length(method: &Method, status: StatusCode) -> bool {
         || (*method == Method::CONNECT && status.is_success())
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED)
-}
-
-fn last_coding_is_chunked(value: &HeaderValue) -> bool {
-    value
-        .to_str()
-        .ok()
-        .and_then(|codings| codings.rsplit(',').next())
-        .is_some_and(|coding| coding.trim().eq_ignore_ascii_case("chunked"))
-}
-
-fn has_token(value: &HeaderValue, token: &str) -> bool {
-    value.to_str().is_ok_and(|list| {
-        list.split(',')
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
-    })
-}
-
-/// A `Content-Length` value: decimal digits only, within a `u64`.
-fn digits(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() {
-        return None;
-    }
-    bytes.iter().try_fold(0u64, |value, &byte| {
-        byte.is_ascii_digit().then_some(())?;
-        value.checked_mul(10)?.checked_add(u64::from(byte - b'0'))
-    })
 }
 
 #[cfg(test)]

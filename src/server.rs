@@ -3,8 +3,9 @@
 //! its timeout), speaks HTTP/1.1 and HTTP/2 (ALPN, or h2c with prior knowledge) on each within the header and
 //! stream limits and the connection timeouts, marks HTTP/1 requests framed by both
 //! `Content-Length` and `Transfer-Encoding` for refusal, and on shutdown stops accepting and
-//! drains in-flight requests. `request_head` and `response_head` read and write HTTP/1 heads as
-//! hyper's server does, for the server of the gateway's own that is to replace it (issue 37).
+//! drains in-flight requests. `request_head`, `response_head` and `response_body` read heads and
+//! write heads and bodies as hyper's server does, for the HTTP/1 server of the gateway's own that
+//! is to replace it (issue 37).
 
 mod activity;
 mod admin_listener;
@@ -15,6 +16,7 @@ mod framing;
 mod in_place;
 mod refusal;
 pub mod request_head;
+pub mod response_body;
 pub mod response_head;
 mod tracked;
 mod watched_stream;

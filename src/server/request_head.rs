@@ -40,6 +40,8 @@ pub struct RequestHead {
     pub expect_continue: bool,
     /// `CONNECT`, or an HTTP/1.1 head with an `Upgrade` field.
     pub wants_upgrade: bool,
+    /// The client accepts trailers after a chunked response (`TE: trailers`).
+    pub accepts_trailers: bool,
     /// The head carries both `Transfer-Encoding` and `Content-Length`: two readers could frame
     /// its body differently (the chunked coding wins here, and the connection closes after it).
     pub both_lengths: bool,
@@ -161,6 +163,7 @@ struct Framing {
     saw_close: bool,
     expect_continue: bool,
     wants_upgrade: bool,
+    accepts_trailers: bool,
 }
 
 impl Framing {
@@ -176,6 +179,7 @@ impl Framing {
             saw_close: false,
             expect_continue: false,
             wants_upgrade: method == Method::CONNECT,
+            accepts_trailers: false,
         }
     }
 
@@ -230,6 +234,7 @@ impl Framing {
                 self.expect_continue = value.as_bytes().eq_ignore_ascii_case(b"100-continue");
             }
             header::UPGRADE => self.wants_upgrade = self.version == Version::HTTP_11,
+            header::TE => self.accepts_trailers |= has_token(value, "trailers"),
             _ => {}
         }
         Ok(true)
@@ -261,6 +266,7 @@ impl Framing {
             keep_alive: self.keep_alive && !both_lengths,
             expect_continue: self.expect_continue,
             wants_upgrade: self.wants_upgrade,
+            accepts_trailers: self.accepts_trailers,
             both_lengths,
         }))
     }
@@ -385,6 +391,8 @@ mod tests {
         assert!(whole("GET / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n").wants_upgrade);
         assert!(!whole("GET / HTTP/1.0\r\nUpgrade: websocket\r\n\r\n").wants_upgrade);
         assert!(whole("CONNECT a:443 HTTP/1.1\r\n\r\n").wants_upgrade);
+        assert!(whole("GET / HTTP/1.1\r\nTE: gzip\r\nTE: Trailers\r\n\r\n").accepts_trailers);
+        assert!(!whole("GET / HTTP/1.1\r\nTE: gzip\r\n\r\n").accepts_trailers);
     }
 
     #[test]

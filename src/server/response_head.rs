@@ -38,11 +38,13 @@ pub enum BodyFraming {
     UntilClose,
 }
 
-/// A head written: its body's framing, and whether the connection closes after the exchange.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A head written: its body's framing, whether the connection closes after the exchange, and the
+/// trailer fields its `trailer` field declares (a chunked body only: `None` without one).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Written {
     pub framing: BodyFraming,
     pub last: bool,
+    pub trailers: Option<Vec<HeaderName>>,
 }
 
 /// A response hyper's server would not write (it closes the connection instead).
@@ -154,6 +156,7 @@ fn write_fields(
     let mut open_line = false;
     let mut must_add_chunked = false;
     let mut earlier_length: Option<u64> = None;
+    let mut trailers: Option<Vec<HeaderName>> = None;
     let mut current: Option<HeaderName> = None;
     for (name, value) in headers {
         if let Some(name) = name {
@@ -229,6 +232,10 @@ fn write_fields(
                     continue;
                 }
                 merge_line(dst, &mut open_line, b"trailer: ", value.as_bytes());
+                let names = value.to_str().unwrap_or_default().split(',');
+                trailers.get_or_insert_with(Vec::new).extend(
+                    names.filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok()),
+                );
                 continue;
             }
             header::DATE => wrote_date = true,
@@ -272,7 +279,12 @@ fn write_fields(
     }
     dst.extend_from_slice(b"\r\n");
     let last = state.last || framing == BodyFraming::UntilClose;
-    Ok(Written { framing, last })
+    let trailers = trailers.filter(|_| framing == BodyFraming::Chunked);
+    Ok(Written {
+        framing,
+        last,
+        trailers,
+    })
 }
 
 fn start_line(dst: &mut Vec<u8>, name_with_colon: &[u8], value: &[u8]) {
@@ -364,7 +376,8 @@ mod tests {
             written,
             Ok(Written {
                 framing: BodyFraming::Length(2),
-                last: false
+                last: false,
+                trailers: None,
             })
         );
         let (_, streamed) = write(answering, &[], BodySize::Unknown);
@@ -372,7 +385,8 @@ mod tests {
             streamed,
             Ok(Written {
                 framing: BodyFraming::UntilClose,
-                last: true
+                last: true,
+                trailers: None,
             })
         );
     }

@@ -28,6 +28,7 @@ mod reconciliation;
 mod request_bodies;
 mod request_heads;
 mod request_id;
+mod response_bodies;
 mod response_heads;
 mod store_failures;
 mod tls;

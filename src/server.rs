@@ -3,8 +3,8 @@
 //! its timeout), speaks HTTP/1.1 and HTTP/2 (ALPN, or h2c with prior knowledge) on each within the header and
 //! stream limits and the connection timeouts, marks HTTP/1 requests framed by both
 //! `Content-Length` and `Transfer-Encoding` for refusal, and on shutdown stops accepting and
-//! drains in-flight requests. `request_head`, `response_head` and `response_body` read heads and
-//! write heads and bodies as hyper's server does, for the HTTP/1 server of the gateway's own that
+//! drains in-flight requests. `request_head`, `response_head`, `response_body` and `http_date`
+//! read heads and write heads, bodies and dates as hyper's server does, for the HTTP/1 server of the gateway's own that
 //! is to replace it (issue 37).
 
 mod activity;
@@ -13,6 +13,7 @@ mod clock;
 mod connection;
 mod field_values;
 mod framing;
+pub mod http_date;
 mod in_place;
 mod refusal;
 pub mod request_head;

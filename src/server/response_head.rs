@@ -99,24 +99,28 @@ pub fn write_response_head(
         return Err(ResponseRefused::Informational);
     }
     let start = dst.len();
+    let status_line = StatusLine {
+        method: answering.method,
+        version,
+        status,
+    };
     let fields = Fields {
         last: !keep_alive,
         wrote_length: connect_success,
     };
-    let written = write_fields(
-        dst,
-        answering.method,
-        version,
-        status,
-        headers,
-        body,
-        date,
-        fields,
-    );
+    let written = write_fields(dst, status_line, headers, body, date, fields);
     if written.is_err() {
         dst.truncate(start);
     }
     written
+}
+
+/// The status line to write, and the method it answers.
+#[derive(Clone, Copy)]
+struct StatusLine<'a> {
+    method: &'a Method,
+    version: Version,
+    status: StatusCode,
 }
 
 /// Where the framing fields stand while the fields are written.
@@ -125,17 +129,19 @@ struct Fields {
     wrote_length: bool,
 }
 
-#[allow(clippy::too_many_arguments)]
 fn write_fields(
     dst: &mut Vec<u8>,
-    method: &Method,
-    version: Version,
-    status: StatusCode,
+    line: StatusLine<'_>,
     headers: HeaderMap,
     body: BodySize,
     date: &[u8],
     mut state: Fields,
 ) -> Result<Written, ResponseRefused> {
+    let StatusLine {
+        method,
+        version,
+        status,
+    } = line;
     if version == Version::HTTP_11 && status == StatusCode::OK {
         dst.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
     } else {

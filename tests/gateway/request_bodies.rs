@@ -6,7 +6,6 @@
 //! client decodes responses with it, and the HTTP/1 server that is to replace hyper's (issue 37)
 //! is to decode requests with it.
 
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,10 +15,10 @@ use http::HeaderMap;
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
+
+use crate::support::hyper_peer::serve_one;
 
 /// A body read to its end: its data and trailers, or the failure (not compared).
 type Read = Result<(Vec<u8>, Option<HeaderMap>), String>;
@@ -27,33 +26,23 @@ type Read = Result<(Vec<u8>, Option<HeaderMap>), String>;
 /// hyper's reading of `body`, sent chunked after a request head (the client's side closed when
 /// hyper waits for more).
 async fn hyper_reads(body: Vec<u8>) -> Read {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("address");
     let seen: Arc<Mutex<Option<Read>>> = Arc::new(Mutex::new(None));
     let record = Arc::clone(&seen);
-    tokio::spawn(async move {
-        let Ok((stream, _)) = listener.accept().await else {
-            return;
-        };
-        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-            let record = Arc::clone(&record);
-            async move {
-                let read = match request.into_body().collect().await {
-                    Ok(collected) => {
-                        let trailers = collected.trailers().cloned();
-                        Ok((collected.to_bytes().to_vec(), trailers))
-                    }
-                    Err(e) => Err(e.to_string()),
-                };
-                *record.lock().expect("record") = Some(read);
-                Ok::<_, Infallible>(Response::new(String::new()))
-            }
-        });
-        let builder = auto::Builder::new(TokioExecutor::new());
-        let _ = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .await;
-    });
+    let addr = serve_one(move |request: Request<Incoming>| {
+        let record = Arc::clone(&record);
+        async move {
+            let read = match request.into_body().collect().await {
+                Ok(collected) => {
+                    let trailers = collected.trailers().cloned();
+                    Ok((collected.to_bytes().to_vec(), trailers))
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            *record.lock().expect("record") = Some(read);
+            Response::new(String::new())
+        }
+    })
+    .await;
     let mut stream = TcpStream::connect(addr).await.expect("connect");
     let mut request = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     request.extend_from_slice(&body);

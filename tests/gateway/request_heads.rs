@@ -13,13 +13,10 @@ use fencegate::server::request_head::{parse_request_head, RequestFraming};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
-/// The gateway's default `[server] max_header_bytes`.
-const MAX_HEAD_BYTES: usize = 16 * 1024;
+use crate::support::hyper_peer::{serve_one, MAX_HEAD_BYTES};
 
 /// What hyper's service was handed: method, target, version, fields in order, the body read.
 #[derive(Debug, PartialEq, Eq)]
@@ -34,44 +31,28 @@ struct Seen {
 /// A hyper server answering every request with an empty 200, after recording it and reading its
 /// body; the requests seen, in arrival order.
 async fn hyper_server() -> (std::net::SocketAddr, Arc<Mutex<Vec<Seen>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("address");
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = Arc::clone(&seen);
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let record = Arc::clone(&record);
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    let record = Arc::clone(&record);
-                    async move {
-                        let (parts, body) = request.into_parts();
-                        let body = body.collect().await.map(|b| b.to_bytes().to_vec());
-                        record.lock().expect("record").push(Seen {
-                            method: parts.method.to_string(),
-                            target: parts.uri.to_string(),
-                            version: parts.version,
-                            fields: parts
-                                .headers
-                                .iter()
-                                .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
-                                .collect(),
-                            body: body.unwrap_or_else(|_| b"<body failed>".to_vec()),
-                        });
-                        Ok::<_, std::convert::Infallible>(Response::new(String::new()))
-                    }
-                });
-                let mut builder = auto::Builder::new(TokioExecutor::new());
-                builder.http1().max_buf_size(MAX_HEAD_BYTES);
-                let _ = builder
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+    let addr = serve_one(move |request: Request<Incoming>| {
+        let record = Arc::clone(&record);
+        async move {
+            let (parts, body) = request.into_parts();
+            let body = body.collect().await.map(|b| b.to_bytes().to_vec());
+            record.lock().expect("record").push(Seen {
+                method: parts.method.to_string(),
+                target: parts.uri.to_string(),
+                version: parts.version,
+                fields: parts
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+                    .collect(),
+                body: body.unwrap_or_else(|_| b"<body failed>".to_vec()),
             });
+            Response::new(String::new())
         }
-    });
+    })
+    .await;
     (addr, seen)
 }
 

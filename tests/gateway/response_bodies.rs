@@ -7,7 +7,6 @@
 //! (issue 37) writes bodies this way.
 
 use std::convert::Infallible;
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use fencegate::server::request_head::parse_request_head;
@@ -16,12 +15,10 @@ use fencegate::server::response_head::{write_response_head, Answering, BodySize}
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt as _, StreamBody};
-use hyper::body::{Frame, Incoming};
-use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
+use hyper::body::Frame;
+use hyper::Response;
+
+use crate::support::hyper_peer::{date_field, send_until_quiet, serve_one, MAX_HEAD_BYTES};
 
 /// One exchange: the raw request, the response's fields, its data frames and its trailers.
 #[derive(Clone, Copy, Debug)]
@@ -119,43 +116,20 @@ fn fields(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
 
 /// Everything hyper wrote for `case`, and whether it closed the connection after it.
 async fn hyper_answer(case: Case) -> (Vec<u8>, bool) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("address");
-    tokio::spawn(async move {
-        let Ok((stream, _)) = listener.accept().await else {
-            return;
-        };
-        let service = hyper::service::service_fn(move |_request: Request<Incoming>| async move {
-            let mut response = Response::new(body(case));
-            *response.headers_mut() = fields(case.headers);
-            Ok::<_, Infallible>(response)
-        });
-        let builder = auto::Builder::new(TokioExecutor::new());
-        let _ = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .await;
-    });
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    stream
-        .write_all(case.request.as_bytes())
-        .await
-        .expect("write");
-    let mut received = Vec::new();
-    let mut buffer = [0u8; 4096];
-    loop {
-        match tokio::time::timeout(Duration::from_millis(300), stream.read(&mut buffer)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return (received, true),
-            Ok(Ok(read)) => received.extend_from_slice(&buffer[..read]),
-            Err(_) => return (received, false),
-        }
-    }
+    let addr = serve_one(move |_request| async move {
+        let mut response = Response::new(body(case));
+        *response.headers_mut() = fields(case.headers);
+        response
+    })
+    .await;
+    send_until_quiet(addr, case.request.as_bytes()).await
 }
 
 /// The gateway's pieces on `case`: the bytes written, whether the connection closes, and whether
 /// the body was cut (shorter than its length).
 fn ours(case: Case, date: &[u8]) -> (Vec<u8>, bool, bool) {
     let mut request = BytesMut::from(case.request.as_bytes());
-    let request = parse_request_head(&mut request, 16 * 1024)
+    let request = parse_request_head(&mut request, MAX_HEAD_BYTES)
         .expect("a request hyper serves")
         .expect("a whole request");
     let mut out = Vec::new();
@@ -190,11 +164,7 @@ async fn response_bodies_are_written_as_hypers_server_writes_them() {
     let answers = futures_util::future::join_all(cases.iter().map(|case| hyper_answer(*case)));
     let mut disagreements = Vec::new();
     for (case, (answer, closed)) in cases.iter().zip(answers.await) {
-        let date = String::from_utf8_lossy(&answer)
-            .lines()
-            .find_map(|line| line.strip_prefix("date: ").map(str::to_owned))
-            .unwrap_or_default();
-        let (written, last, cut) = ours(*case, date.as_bytes());
+        let (written, last, cut) = ours(*case, &date_field(&answer));
         // A body cut short closes the connection; how much of it went out first depends on when
         // the server flushed (hyper, whose body here ends at once, had sent nothing).
         let agrees = if cut {

@@ -6,7 +6,6 @@
 //! HTTP/1 server that is to replace hyper's (issue 37) writes heads this way.
 
 use std::convert::Infallible;
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use fencegate::server::request_head::parse_request_head;
@@ -16,12 +15,10 @@ use fencegate::server::response_head::{
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt as _, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
-use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
+use hyper::body::Frame;
+use hyper::Response;
+
+use crate::support::hyper_peer::{date_field, send_until_quiet, serve_one, MAX_HEAD_BYTES};
 
 /// How the service's response body is made.
 #[derive(Clone, Copy, Debug)]
@@ -214,67 +211,29 @@ fn corpus() -> Vec<Case> {
     cases
 }
 
-/// A hyper server answering every request with `case`'s response.
-async fn hyper_server(case: Case) -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("address");
-    tokio::spawn(async move {
-        let Ok((stream, _)) = listener.accept().await else {
-            return;
-        };
-        let service = hyper::service::service_fn(move |_request: Request<Incoming>| async move {
-            let mut response = Response::new(case.body.into_body());
-            *response.status_mut() = StatusCode::from_u16(case.status).expect("status");
-            *response.version_mut() = case.version;
-            for (name, value) in case.headers {
-                response.headers_mut().append(
-                    HeaderName::from_static(name),
-                    HeaderValue::from_static(value),
-                );
-            }
-            Ok::<_, Infallible>(response)
-        });
-        let builder = auto::Builder::new(TokioExecutor::new());
-        let _ = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .await;
-    });
-    addr
-}
-
-/// Everything hyper wrote for one request, and whether it closed the connection after it.
+/// Everything hyper wrote for one request, answered with `case`'s response, and whether it
+/// closed the connection after it.
 async fn hyper_answer(case: Case) -> (Vec<u8>, bool) {
-    let addr = hyper_server(case).await;
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    stream
-        .write_all(case.request.as_bytes())
-        .await
-        .expect("write");
-    let mut received = Vec::new();
-    let mut buffer = [0u8; 4096];
-    loop {
-        match tokio::time::timeout(Duration::from_millis(300), stream.read(&mut buffer)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return (received, true),
-            Ok(Ok(read)) => received.extend_from_slice(&buffer[..read]),
-            Err(_) => return (received, false),
+    let addr = serve_one(move |_request| async move {
+        let mut response = Response::new(case.body.into_body());
+        *response.status_mut() = StatusCode::from_u16(case.status).expect("status");
+        *response.version_mut() = case.version;
+        for (name, value) in case.headers {
+            response.headers_mut().append(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
         }
-    }
-}
-
-/// The value of the `date` field hyper wrote, if it wrote one.
-fn hyper_date(head: &[u8]) -> Vec<u8> {
-    let text = String::from_utf8_lossy(head);
-    text.lines()
-        .find_map(|line| line.strip_prefix("date: "))
-        .unwrap_or_default()
-        .as_bytes()
-        .to_vec()
+        response
+    })
+    .await;
+    send_until_quiet(addr, case.request.as_bytes()).await
 }
 
 /// The writer's head and written state for `case`, with `date`.
 fn written(case: Case, date: &[u8]) -> (Vec<u8>, Result<Written, String>) {
     let mut request = BytesMut::from(case.request.as_bytes());
-    let request = parse_request_head(&mut request, 16 * 1024)
+    let request = parse_request_head(&mut request, MAX_HEAD_BYTES)
         .expect("a request hyper serves")
         .expect("a whole request");
     let mut headers = HeaderMap::new();
@@ -345,7 +304,7 @@ async fn response_heads_are_written_as_hypers_server_writes_them() {
             .windows(4)
             .position(|w| w == b"\r\n\r\n")
             .map(|at| at + 4);
-        let (head, outcome) = written(*case, &hyper_date(&answer));
+        let (head, outcome) = written(*case, &date_field(&answer));
         let has_body = !case.request.starts_with("HEAD") && ![204, 304].contains(&case.status);
         let agrees = match (head_end, &outcome) {
             (None, Err(_)) => answer.is_empty() && closed,

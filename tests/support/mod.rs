@@ -16,6 +16,7 @@ pub mod fault_upstream;
 pub mod frameworks;
 pub mod gateway;
 pub mod history;
+pub mod hyper_peer;
 pub mod intent_contract;
 pub mod leases;
 pub mod locks;

@@ -458,15 +458,35 @@ cpu_ticks() {
 }
 TICK_US=$(( 1000000 / $(getconf CLK_TCK) ))
 
-# One wrk run; prints "req/s p50_us p99_us non2xx cpu_us_per_request" (the last is "-" unless
-# CPU_PIDS names the process under test).
+# Context switches of the processes $CPU_PIDS (threads included) while they run, counted by
+# `perf stat` (a software event, so it works where the VM has no hardware counters); starts the
+# count in the background and prints its pid, or nothing without perf.
+start_switch_count() {
+  command -v perf >/dev/null 2>&1 || return 0
+  local pids
+  pids=$(tr -s ' ' ',' <<<"$CPU_PIDS" | sed 's/^,//; s/,$//')
+  perf stat -x, -e context-switches -p "$pids" -o "$work/switches.txt" >/dev/null 2>&1 &
+  echo $!
+}
+stop_switch_count() {
+  local pid=$1
+  [ -n "$pid" ] || return 0
+  kill -INT "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  awk -F, '$3 == "context-switches" {print $1}' "$work/switches.txt" 2>/dev/null
+}
+
+# One wrk run; prints "req/s p50_us p99_us non2xx cpu_us_per_request switches_per_request" (the
+# last two are "-" unless CPU_PIDS names the process under test).
 run() {
   local url=$1 script=$2 prefix=${3:-/invoices/}
-  local out before after
+  local out before after counting="" switches=""
   before=$(cpu_ticks)
+  [ -n "${CPU_PIDS:-}" ] && counting=$(start_switch_count)
   out=$(BASE=$(( $(date +%s%N) / 1000 )) KEYS=$KEYS PREFIX=$prefix wrk -t1 -c"$CONNS" -d"${SECS}s" --latency -s "$script" "$url")
   after=$(cpu_ticks)
-  local rps p50 p99 bad requests cpu=-
+  switches=$(stop_switch_count "$counting")
+  local rps p50 p99 bad requests cpu=- per_switch=-
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out" | to_us)
   p99=$(awk '$1=="99%" {print $2}' <<<"$out" | to_us)
@@ -476,8 +496,11 @@ run() {
   grep 'Socket errors' <<<"$out" | sed "s|^ *|$url: |" >&2 || true
   if [ -n "${CPU_PIDS:-}" ] && [ "${requests:-0}" -gt 0 ]; then
     cpu=$(awk -v t=$(( (after - before) * TICK_US )) -v n="$requests" 'BEGIN {printf "%.1f", t / n}')
+    if [ -n "$switches" ]; then
+      per_switch=$(awk -v s="$switches" -v n="$requests" 'BEGIN {printf "%.3f", s / n}')
+    fi
   fi
-  echo "$rps $p50 $p99 $bad $cpu"
+  echo "$rps $p50 $p99 $bad $cpu $per_switch"
 }
 
 # The reference for PostgreSQL: one `INSERT ... ON CONFLICT ... DO UPDATE ... WHERE` per
@@ -506,7 +529,7 @@ SQL
   tps=$(awk '/^tps/ {print $3}' <<<"$out")
   [ -n "$tps" ] || { echo "pgbench failed: $(tail -n 3 <<<"$out")" >&2; tps=0; }
   lat=$(awk '/latency average/ {print $4 * 1000}' <<<"$out")
-  echo "$tps $lat - 0 -"
+  echo "$tps $lat - 0 - -"
 }
 
 
@@ -574,7 +597,7 @@ for round in $(seq 1 "$ROUNDS"); do
         [ "$ordering" = none ] && prefix=/unordered/
         line=$(run "http://127.0.0.1:${port[$backend]}$prefix" "$work/$( [ "$shape" = hot ] && echo hot || echo advance ).lua" "$prefix") ;;
     esac
-    echo "round $round $path: req/s p50_us p99_us non2xx cpu_us = $line" >&2
+    echo "round $round $path: req/s p50_us p99_us non2xx cpu_us switches = $line" >&2
     results[$path]+="$line"$'\n'
   done
 done
@@ -582,8 +605,8 @@ done
 echo
 echo "wrk -t1 -c$CONNS, ${SECS}s per run, median of $ROUNDS rounds (paths alternate within each round)"
 echo
-echo "| path | req/s | × passthrough | p50 (µs) | p99 (µs) | non-2xx (all runs) | CPU µs/request |"
-echo "|---|---|---|---|---|---|---|"
+echo "| path | req/s | × passthrough | p50 (µs) | p99 (µs) | non-2xx (all runs) | CPU µs/request | context switches/request |"
+echo "|---|---|---|---|---|---|---|---|"
 base=$(awk 'NF {print $1}' <<<"${results[passthrough]:-}" | median)
 base=${base:-0}
 for path in $paths; do
@@ -593,8 +616,9 @@ for path in $paths; do
   p99=$(awk 'NF {print $3}' <<<"$rows" | median)
   bad=$(awk 'NF {s+=$4} END {print s+0}' <<<"$rows")
   cpu=$(awk 'NF && $5 != "-" {print $5}' <<<"$rows" | median)
+  switches=$(awk 'NF >= 6 && $6 != "-" {print $6}' <<<"$rows" | median)
   ratio=$(awk -v a="$rps" -v b="$base" 'BEGIN {if (b > 0) printf "%.2f", a / b; else printf "-"}')
-  echo "| $path | $rps | $ratio | $p50 | $p99 | $bad | ${cpu:--} |"
+  echo "| $path | $rps | $ratio | $p50 | $p99 | $bad | ${cpu:--} | ${switches:--} |"
   # Machine-readable medians for benches/run.sh.
   if [ -n "${RESULTS:-}" ]; then
     echo "$path ${rps:-0} ${p50:--} ${p99:--} $bad ${cpu:--}" >>"$RESULTS"

@@ -1,21 +1,22 @@
 //! The data-plane listener: accepts connections up to `max_connections` (refusing the rest with a
 //! 503), completes the TLS handshake when `[server.tls]` is set (on the serving thread, within
-//! its timeout), speaks HTTP/1.1 and HTTP/2 (ALPN, or h2c with prior knowledge) on each within the header and
-//! stream limits and the connection timeouts, marks HTTP/1 requests framed by both
-//! `Content-Length` and `Transfer-Encoding` for refusal, and on shutdown stops accepting and
-//! drains in-flight requests. `request_head`, `response_head`, `response_body` and `http_date`
-//! read heads and write heads, bodies and dates as hyper's server does, for the HTTP/1 server of the gateway's own that
-//! is to replace it (issue 37).
+//! its timeout), and serves each connection under its timeouts: HTTP/2 (the preface, by ALPN or
+//! prior knowledge) with hyper's server, HTTP/1.x with the gateway's own (`http1`, reading and
+//! writing by hyper's rules, `request_head` to `response_body`). On shutdown it stops accepting
+//! and drains in-flight requests.
 
 mod activity;
 mod admin_listener;
+mod client_io;
 mod clock;
 mod connection;
+mod drain;
 mod field_values;
-mod framing;
+mod http1;
 pub mod http_date;
 mod in_place;
 mod refusal;
+mod request_body;
 pub mod request_head;
 pub mod response_body;
 pub mod response_head;
@@ -32,17 +33,18 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::{BufMut as _, BytesMut};
 use http::Request;
 use hyper::body::Incoming;
+use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use prometheus::IntGauge;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt as _;
 
+use crate::body::BoxError;
 use crate::config::ServerConfig;
 use crate::gateway::Gateway;
 use crate::metrics::Metrics;
@@ -50,9 +52,13 @@ use crate::proxy::ClientAddr;
 use crate::tls::ListenerTls;
 
 use activity::ConnectionActivity;
+use client_io::{protocol_of, Prefixed, Protocol, SplitIo};
+use drain::{Drain, DrainWatcher};
+use http1::{Http1Connection, Served};
 use in_place::InPlace;
+use request_body::READ_SPACE;
 use tracked::Tracked;
-use watched_stream::{FramingWatch, WatchedStream};
+use watched_stream::WatchedStream;
 pub use workers::Workers;
 
 /// HTTP/2 flow-control windows offered to clients (hyper's defaults, set here so that the
@@ -66,10 +72,6 @@ const HTTP2_MAX_SEND_BUFFER: usize = 64 * 1024;
 /// Refusals being written at once; past this a connection over the limit is closed unanswered,
 /// so a connection flood cannot make the refusals themselves pile up.
 const MAX_CONCURRENT_REFUSALS: usize = 64;
-/// The number of header fields hyper's HTTP/1 server accepts when given no limit of its own
-/// (`DEFAULT_MAX_HEADERS` in hyper 1.x); `tests/gateway/limits.rs` checks that 100 fields pass and 101
-/// are refused under the default configuration.
-const HYPER_MAX_HEADERS: usize = 100;
 
 /// The listener's limits and serving threads, from `[server]`.
 #[derive(Debug, Clone, Copy)]
@@ -95,12 +97,6 @@ impl ServerLimits {
     }
 }
 
-/// hyper's own HTTP/1 head timer starts when it begins waiting for a head, which on a kept-alive
-/// connection is the end of the last response: a backstop behind the connection's clock.
-fn hyper_head_timeout(timeouts: &ConnectionTimeouts) -> Duration {
-    timeouts.idle + timeouts.head
-}
-
 /// Serves on `listener` until `shutdown` resolves, then drains for at most `grace`. Accepts here;
 /// each connection is served on one of `limits.workers` threads, with that thread's gateway from
 /// `gateway`. Returns the threads, to be dropped (stopped) once nothing uses them any more.
@@ -120,21 +116,8 @@ pub async fn serve(
             return None;
         }
     };
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // hyper answers a head over these with 431 and closes (RFC 6585 §5).
+    let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(hyper_head_timeout(&limits.timeouts))
-        .max_buf_size(limits.max_header_bytes);
-    // hyper's own limit is 100 header fields, parsed into arrays on the stack. Any explicit limit,
-    // even 100, makes it fill two heap vectors of that many slots for every request head (5 % of
-    // a refused request's instructions in callgrind), so the default is left implicit.
-    if limits.max_headers != HYPER_MAX_HEADERS {
-        builder.http1().max_headers(limits.max_headers);
-    }
-    builder
-        .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(limits.max_concurrent_streams)
         .initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
@@ -143,7 +126,7 @@ pub async fn serve(
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     let refusals = Arc::new(Semaphore::new(MAX_CONCURRENT_REFUSALS));
-    let graceful = GracefulShutdown::new();
+    let drain = Drain::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -194,13 +177,13 @@ pub async fn serve(
                     None => {
                         worker
                             .runtime
-                            .spawn(connection.serve(stream, &builder, graceful.watcher()));
+                            .spawn(connection.serve(stream, &builder, drain.watcher()));
                     }
                     Some(tls) => {
                         let acceptor = tls.acceptor();
                         let handshake_timeout = tls.handshake_timeout();
                         let builder = builder.clone();
-                        let watcher = graceful.watcher();
+                        let watcher = drain.watcher();
                         worker.runtime.spawn(async move {
                             let stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
                                 Ok(Ok(stream)) => stream,
@@ -229,10 +212,7 @@ pub async fn serve(
     }
     drop(listener);
     tracing::info!(grace = ?grace, "shutting down: draining in-flight requests");
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(grace, drain.drain()).await.is_err() {
         tracing::warn!("shutdown grace period ended with requests still in flight");
     }
     Some(workers)
@@ -248,17 +228,14 @@ struct Connection {
 }
 
 impl Connection {
-    /// Serves `stream` (plain TCP or a TLS session) under the connection's clock; the stream's
-    /// bytes, decrypted, run through the framing scanner.
-    fn serve<S>(
+    /// Serves `stream` (plain TCP or a TLS session) under the connection's clock: HTTP/2 when
+    /// its first bytes are the HTTP/2 preface, else the gateway's HTTP/1 server.
+    fn serve<S: SplitIo>(
         self,
         stream: S,
-        builder: &auto::Builder<TokioExecutor>,
-        watcher: Watcher,
-    ) -> impl Future<Output = ()> + Send + 'static
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
+        http2: &http2::Builder<TokioExecutor>,
+        drain: DrainWatcher,
+    ) -> impl Future<Output = ()> + Send + 'static {
         let Connection {
             gateway,
             client,
@@ -267,29 +244,19 @@ impl Connection {
             closed,
         } = self;
         let peer = client.addr;
-        let watch = Arc::new(FramingWatch::default());
         let activity = Arc::new(ConnectionActivity::new());
-        let stream = WatchedStream::new(
-            stream,
-            limits.max_header_bytes,
-            Arc::clone(&watch),
-            Arc::clone(&activity),
-        );
-        let service = gateway.map_request(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(client.clone());
-            if request.version() <= http::Version::HTTP_11 && watch.next_request_is_ambiguous() {
-                request.extensions_mut().insert(AmbiguousFraming);
-            }
-            request
-        });
-        let service = Tracked::new(service, Arc::clone(&activity));
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), InPlace::new(service))
-            .into_owned();
-        let watched = watcher.watch(connection);
+        let served = Served {
+            gateway,
+            client,
+            max_head_bytes: limits.max_header_bytes,
+            max_headers: limits.max_headers,
+            activity: Arc::clone(&activity),
+            drain,
+        };
+        let serving = serve_stream(stream, http2.clone(), served);
         let timeouts = limits.timeouts;
         async move {
-            match connection::drive(watched, activity, timeouts, &closed, "data").await {
+            match connection::drive(serving, activity, timeouts, &closed, "data").await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
@@ -299,6 +266,81 @@ impl Connection {
             drop(open);
         }
     }
+}
+
+/// Reads the first bytes of `stream`, then serves it with the protocol they say.
+async fn serve_stream<S: SplitIo>(
+    mut stream: S,
+    http2: http2::Builder<TokioExecutor>,
+    served: Served,
+) -> Result<(), BoxError> {
+    let mut first = BytesMut::with_capacity(READ_SPACE);
+    let first_read = READ_SPACE.min(served.max_head_bytes.max(1));
+    let protocol = {
+        let sniffing = async {
+            loop {
+                match protocol_of(&first) {
+                    Protocol::Undecided => {}
+                    decided => return Ok(Some(decided)),
+                }
+                let room = first_read.saturating_sub(first.len()).max(1);
+                let read = stream.read_buf(&mut (&mut first).limit(room)).await?;
+                served.activity.note_read(read);
+                if read == 0 {
+                    return Ok::<_, std::io::Error>(None);
+                }
+            }
+        };
+        tokio::select! {
+            sniffed = sniffing => sniffed?,
+            () = served.drain.clone().draining() => None,
+        }
+    };
+    match protocol {
+        None => Ok(()),
+        Some(Protocol::Http2) => serve_http2(stream, first, http2, served).await,
+        Some(_) => {
+            let (read, write) = stream.split_io();
+            let activity = &served.activity;
+            let read = WatchedStream::new(read, Arc::clone(activity));
+            let write = WatchedStream::new(write, Arc::clone(activity));
+            Http1Connection::new(read, write, first, served)
+                .serve()
+                .await
+                .map_err(Into::into)
+        }
+    }
+}
+
+/// Serves an HTTP/2 connection whose first bytes, `first`, are read, with hyper's server.
+async fn serve_http2<S: SplitIo>(
+    stream: S,
+    first: BytesMut,
+    http2: http2::Builder<TokioExecutor>,
+    served: Served,
+) -> Result<(), BoxError> {
+    let Served {
+        gateway,
+        client,
+        activity,
+        drain,
+        ..
+    } = served;
+    activity.note_http2();
+    let stream = Prefixed::new(first, WatchedStream::new(stream, Arc::clone(&activity)));
+    let service = gateway.map_request(move |mut request: Request<Incoming>| {
+        request.extensions_mut().insert(client.clone());
+        request
+    });
+    let service = InPlace::new(Tracked::new(service, activity));
+    let connection = http2.serve_connection(TokioIo::new(stream), service);
+    let mut connection = std::pin::pin!(connection);
+    tokio::select! {
+        served = connection.as_mut() => return served.map_err(Into::into),
+        () = drain.draining() => {}
+    }
+    connection.as_mut().graceful_shutdown();
+    connection.await.map_err(Into::into)
 }
 
 /// One open client connection: holds its `max_connections` permit and counts itself in the

@@ -110,7 +110,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let activity = Arc::new(ConnectionActivity::new());
-    let stream = WatchedStream::unscanned(stream, Arc::clone(&activity));
+    let stream = WatchedStream::new(stream, Arc::clone(&activity));
     let service = Tracked::new(router, Arc::clone(&activity));
     let connection =
         builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));

@@ -82,19 +82,82 @@ impl HeadRefused {
 }
 
 /// Parses the request head at the start of `buffer`, taking its bytes out of it: `None` while the
-/// head is not whole and `buffer` holds fewer than `max_head_bytes` bytes.
+/// head is not whole and `buffer` holds fewer than `max_head_bytes` bytes. At most
+/// [`MAX_REQUEST_HEADERS`] fields.
 pub fn parse_request_head(
     buffer: &mut BytesMut,
     max_head_bytes: usize,
 ) -> Result<Option<RequestHead>, HeadRefused> {
-    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_REQUEST_HEADERS];
+    parse_request_head_within(buffer, max_head_bytes, MAX_REQUEST_HEADERS)
+}
+
+/// [`parse_request_head`] with at most `max_headers` fields (more are refused as too large).
+pub fn parse_request_head_within(
+    buffer: &mut BytesMut,
+    max_head_bytes: usize,
+    max_headers: usize,
+) -> Result<Option<RequestHead>, HeadRefused> {
+    let scanned = if max_headers <= MAX_REQUEST_HEADERS {
+        // hyper's way too: the fields on the stack up to its default limit.
+        let mut fields =
+            [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_REQUEST_HEADERS];
+        scan(buffer, max_head_bytes, &mut fields[..max_headers])?
+    } else {
+        let mut fields = Vec::new();
+        fields.resize_with(max_headers, MaybeUninit::uninit);
+        scan(buffer, max_head_bytes, &mut fields)?
+    };
+    let Some(scanned) = scanned else {
+        return Ok(None);
+    };
+    let method = Method::from_bytes(&buffer[scanned.method.0..scanned.method.1])
+        .map_err(|_| HeadRefused::Malformed("the method is invalid"))?;
+    let version = scanned.version;
+    let bytes: Bytes = buffer.split_to(scanned.length).freeze();
+    let uri = Uri::from_maybe_shared(bytes.slice(scanned.target.0..scanned.target.1))
+        .map_err(|_| HeadRefused::Malformed("the target is invalid"))?;
+    let mut reading = Framing::new(version, &method);
+    let mut headers = HeaderMap::with_capacity(scanned.fields.len());
+    for ((name_start, name_end), (value_start, value_end)) in scanned.fields {
+        let name = HeaderName::from_bytes(&bytes[name_start..name_end])
+            .map_err(|_| HeadRefused::Malformed("a header name is invalid"))?;
+        let value = HeaderValue::from_maybe_shared(bytes.slice(value_start..value_end))
+            .map_err(|_| HeadRefused::Malformed("a header value is invalid"))?;
+        if reading.field(&name, &value)? {
+            headers.append(name, value);
+        }
+    }
+    reading.finish(method, uri, version, headers)
+}
+
+/// Where the parts of a whole head lie in the buffer.
+struct Scanned {
+    length: usize,
+    method: (usize, usize),
+    target: (usize, usize),
+    version: Version,
+    /// Each field's name and value.
+    fields: Vec<((usize, usize), (usize, usize))>,
+}
+
+/// Runs httparse over `buffer` with room for `fields.len()` fields.
+fn scan<'b>(
+    buffer: &'b [u8],
+    max_head_bytes: usize,
+    fields: &mut [MaybeUninit<httparse::Header<'b>>],
+) -> Result<Option<Scanned>, HeadRefused> {
     let mut request = httparse::Request::new(&mut []);
     let parsed = httparse::ParserConfig::default().parse_request_with_uninit_headers(
         &mut request,
         buffer,
-        &mut fields,
+        fields,
     );
     let length = match parsed {
+        // A head longer than the limit can arrive whole in one read after a body's bytes; hyper,
+        // whose read buffer is bounded by the limit, never parses one.
+        Ok(httparse::Status::Complete(length)) if length > max_head_bytes => {
+            return Err(HeadRefused::TooLarge)
+        }
         Ok(httparse::Status::Complete(length)) => length,
         Ok(httparse::Status::Partial) if buffer.len() >= max_head_bytes => {
             return Err(HeadRefused::TooLarge)
@@ -111,38 +174,27 @@ pub fn parse_request_head(
         Err(_) => return Err(HeadRefused::Malformed("a header field is invalid")),
     };
     // httparse completed: the method, target and version are there.
-    let target = request.path.unwrap_or_default();
+    let (Some(method), Some(target)) = (request.method, request.path) else {
+        return Err(HeadRefused::Malformed("the request line is incomplete"));
+    };
     if target.len() > MAX_URI_LEN {
         return Err(HeadRefused::UriTooLong);
     }
-    let method = Method::from_bytes(request.method.unwrap_or_default().as_bytes())
-        .map_err(|_| HeadRefused::Malformed("the method is invalid"))?;
-    let version = match request.version {
-        Some(1) => Version::HTTP_11,
-        _ => Version::HTTP_10,
-    };
     let base = buffer.as_ptr() as usize;
-    let target_span = span(base, target.as_bytes());
-    let spans: Vec<((usize, usize), (usize, usize))> = request
-        .headers
-        .iter()
-        .map(|field| (span(base, field.name.as_bytes()), span(base, field.value)))
-        .collect();
-    let bytes: Bytes = buffer.split_to(length).freeze();
-    let uri = Uri::from_maybe_shared(bytes.slice(target_span.0..target_span.1))
-        .map_err(|_| HeadRefused::Malformed("the target is invalid"))?;
-    let mut reading = Framing::new(version, &method);
-    let mut headers = HeaderMap::with_capacity(spans.len());
-    for ((name_start, name_end), (value_start, value_end)) in spans {
-        let name = HeaderName::from_bytes(&bytes[name_start..name_end])
-            .map_err(|_| HeadRefused::Malformed("a header name is invalid"))?;
-        let value = HeaderValue::from_maybe_shared(bytes.slice(value_start..value_end))
-            .map_err(|_| HeadRefused::Malformed("a header value is invalid"))?;
-        if reading.field(&name, &value)? {
-            headers.append(name, value);
-        }
-    }
-    reading.finish(method, uri, version, headers)
+    Ok(Some(Scanned {
+        length,
+        method: span(base, method.as_bytes()),
+        target: span(base, target.as_bytes()),
+        version: match request.version {
+            Some(1) => Version::HTTP_11,
+            _ => Version::HTTP_10,
+        },
+        fields: request
+            .headers
+            .iter()
+            .map(|field| (span(base, field.name.as_bytes()), span(base, field.value)))
+            .collect(),
+    }))
 }
 
 /// The byte range of `part` within the buffer starting at `base`.

@@ -47,6 +47,20 @@ pub struct Written {
     pub trailers: Option<Vec<HeaderName>>,
 }
 
+/// A response's status code and, when an upstream sent one that is not the code's usual, its
+/// reason phrase (written as sent, as hyper's server writes its `ReasonPhrase` extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status<'a> {
+    pub code: StatusCode,
+    pub reason: Option<&'a [u8]>,
+}
+
+impl From<StatusCode> for Status<'_> {
+    fn from(code: StatusCode) -> Self {
+        Status { code, reason: None }
+    }
+}
+
 /// A response hyper's server would not write (it closes the connection instead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ResponseRefused {
@@ -59,15 +73,19 @@ pub enum ResponseRefused {
 /// Appends the head of a response to `dst` (nothing on an error): `version` is the response's own
 /// (an upstream's HTTP/1.0 answer stays HTTP/1.0), and `date` the value of the `date` field
 /// written when `headers` have none.
-pub fn write_response_head(
+pub fn write_response_head<'s>(
     dst: &mut Vec<u8>,
     answering: Answering<'_>,
-    status: StatusCode,
+    status: impl Into<Status<'s>>,
     mut version: Version,
     mut headers: HeaderMap,
     body: BodySize,
     date: &[u8],
 ) -> Result<Written, ResponseRefused> {
+    let Status {
+        code: status,
+        reason,
+    } = status.into();
     let mut keep_alive = answering.keep_alive;
     if answering.version == Version::HTTP_10 {
         // An HTTP/1.0 client is told that the connection stays open, or it is closed.
@@ -103,6 +121,7 @@ pub fn write_response_head(
         method: answering.method,
         version,
         status,
+        reason,
     };
     let fields = Fields {
         last: !keep_alive,
@@ -121,6 +140,7 @@ struct StatusLine<'a> {
     method: &'a Method,
     version: Version,
     status: StatusCode,
+    reason: Option<&'a [u8]>,
 }
 
 /// Where the framing fields stand while the fields are written.
@@ -141,8 +161,9 @@ fn write_fields(
         method,
         version,
         status,
+        reason,
     } = line;
-    if version == Version::HTTP_11 && status == StatusCode::OK {
+    if version == Version::HTTP_11 && status == StatusCode::OK && reason.is_none() {
         dst.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
     } else {
         dst.extend_from_slice(if version == Version::HTTP_10 {
@@ -152,7 +173,10 @@ fn write_fields(
         });
         dst.extend_from_slice(status.as_str().as_bytes());
         dst.push(b' ');
-        dst.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+        match reason {
+            Some(reason) => dst.extend_from_slice(reason),
+            None => dst.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
+        }
         dst.extend_from_slice(b"\r\n");
     }
     let chunkable = version == Version::HTTP_11 && can_have_body(method, status);

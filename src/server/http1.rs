@@ -12,7 +12,7 @@ use std::task::Poll;
 use std::time::SystemTime;
 
 use bytes::BytesMut;
-use http::{Request, Response, Version};
+use http::{Request, Response, StatusCode, Version};
 use http_body::Body;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
 use tower::{Service, ServiceExt};
@@ -128,7 +128,11 @@ where
         loop {
             let head = match self.next_head(draining.as_mut()).await {
                 Ok(NextHead::Head(head)) => head,
-                Ok(NextHead::Closed) => return Ok(()),
+                Ok(NextHead::Closed) => {
+                    // A TLS client is owed its close_notify; the clock bounds how long this takes.
+                    let _ = self.write.shutdown().await;
+                    return Ok(());
+                }
                 Err(Http1Error::HeadRefused(refused)) => {
                     self.refuse(refused).await;
                     return Err(refused.into());
@@ -178,6 +182,11 @@ where
 
     /// Answers a head that cannot be served with its bare status; the connection closes.
     async fn refuse(&mut self, refused: HeadRefused) {
+        self.bare_answer(refused.status()).await;
+    }
+
+    /// Writes a bare `status` (no body, `connection: close`), then closes the connection.
+    async fn bare_answer(&mut self, status: StatusCode) {
         self.out.clear();
         let answering = Answering {
             method: &http::Method::GET,
@@ -188,14 +197,14 @@ where
         let written = write_response_head(
             &mut self.out,
             answering,
-            refused.status(),
+            status,
             Version::HTTP_11,
             http::HeaderMap::new(),
             BodySize::Ended,
             date,
         );
         if written.is_ok() {
-            let _ = self.write.write_all(&self.out).await;
+            let _ = self.flush().await;
             let _ = self.write.shutdown().await;
         }
     }
@@ -288,11 +297,13 @@ where
             match step {
                 Waited::Answer(response) => return Ok(Some(response)),
                 Waited::ClientGone => return Ok(None),
-                Waited::Continue => self
-                    .write
-                    .write_all(CONTINUE)
-                    .await
-                    .map_err(Http1Error::Write)?,
+                Waited::Continue => {
+                    self.write
+                        .write_all(CONTINUE)
+                        .await
+                        .map_err(Http1Error::Write)?;
+                    self.write.flush().await.map_err(Http1Error::Write)?;
+                }
             }
         }
     }
@@ -320,7 +331,7 @@ where
         };
         self.out.clear();
         let date = self.date.at(SystemTime::now());
-        let written = write_response_head(
+        let written = match write_response_head(
             &mut self.out,
             answering,
             status,
@@ -328,7 +339,15 @@ where
             parts.headers,
             size,
             date,
-        )?;
+        ) {
+            Ok(written) => written,
+            Err(ResponseRefused::Informational) => {
+                // hyper's server answers a 1xx final response with a bare 500 and closes.
+                self.bare_answer(StatusCode::INTERNAL_SERVER_ERROR).await;
+                return Err(ResponseRefused::Informational.into());
+            }
+            Err(refused) => return Err(refused.into()),
+        };
         let mut encoder = BodyEncoder::new(written.framing, written.trailers, accepts_trailers);
         if size != BodySize::Ended {
             self.write_body(&mut body, &mut encoder, written.framing)
@@ -381,6 +400,8 @@ where
         }
     }
 
+    /// Writes what is gathered, and flushes it: a TLS session may hold written bytes until it is
+    /// flushed (a TCP socket's flush does nothing).
     async fn flush(&mut self) -> Result<(), Http1Error> {
         if !self.out.is_empty() {
             self.write
@@ -389,6 +410,14 @@ where
                 .map_err(Http1Error::Write)?;
             self.out.clear();
         }
-        Ok(())
+        self.write.flush().await.map_err(Http1Error::Write)
+    }
+}
+
+impl<R, W> Drop for Http1Connection<R, W> {
+    /// However the connection ends, a request body still held somewhere (by a task the gateway
+    /// spawned) fails from now on and no longer holds the client's socket open.
+    fn drop(&mut self) {
+        lock(&self.read).close();
     }
 }

@@ -42,7 +42,8 @@ pub enum RequestBodyError {
 /// A connection's read half, its buffer, and the body being read from them.
 #[derive(Debug)]
 pub struct ReadSide<R> {
-    io: R,
+    /// `None` once the connection has ended: a body still held then fails.
+    io: Option<R>,
     pub buffer: BytesMut,
     /// The number of the request whose body may read; a body of another number has ended.
     current: u64,
@@ -50,43 +51,58 @@ pub struct ReadSide<R> {
     decoder: Option<BodyDecoder>,
     /// The current body's value was dropped (by the gateway, unread or not).
     dropped: bool,
-    /// The client has closed its side.
+    /// The client has closed its side (seen by any read).
     eof: bool,
+    /// The client closed while the gateway was at work on a request whose body had ended.
+    gone: bool,
     pub expect: Continue,
     /// The connection's loop, woken when the body wants `100 Continue` sent.
     loop_waker: Option<Waker>,
 }
 
+impl<R> ReadSide<R> {
+    /// The connection has ended: its read half is dropped, and a body still held fails.
+    pub fn close(&mut self) {
+        self.current = u64::MAX;
+        self.decoder = None;
+        self.io = None;
+    }
+}
+
 impl<R: AsyncRead + Unpin> ReadSide<R> {
     pub fn new(io: R, buffer: BytesMut) -> ReadSide<R> {
         ReadSide {
-            io,
+            io: Some(io),
             buffer,
             current: 0,
             decoder: None,
             dropped: false,
             eof: false,
+            gone: false,
             expect: Continue::NotWaiting,
             loop_waker: None,
         }
     }
 
     /// Reads what the client has sent into the buffer, at most `limit` bytes: the number read,
-    /// 0 at the client's end.
+    /// 0 at the client's end (or once the connection has ended).
     pub fn poll_read_more(
         &mut self,
         cx: &mut Context<'_>,
         limit: usize,
     ) -> Poll<io::Result<usize>> {
+        let Some(io) = &mut self.io else {
+            return Poll::Ready(Ok(0));
+        };
         if self.buffer.capacity() - self.buffer.len() < READ_SPACE / 4 {
             self.buffer.reserve(READ_SPACE);
         }
         if limit < self.buffer.capacity() - self.buffer.len() {
             // Reads through a limited view, so that no byte past `limit` is taken.
             let mut limited = (&mut self.buffer).limit(limit);
-            return tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut limited);
+            return tokio_util::io::poll_read_buf(Pin::new(io), cx, &mut limited);
         }
-        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buffer)
+        tokio_util::io::poll_read_buf(Pin::new(io), cx, &mut self.buffer)
     }
 
     /// Starts the body of request `number`, framed as `framing`.
@@ -102,25 +118,24 @@ impl<R: AsyncRead + Unpin> ReadSide<R> {
         self.dropped = false;
     }
 
-    /// While the gateway works on a request whose body has ended: reads ahead (at most to
-    /// `limit` bytes buffered), so that a client that closes is noticed. Ready when it has closed
-    /// (or its socket failed): the request is abandoned, as hyper's server abandons it.
+    /// While the gateway works on a request whose body has ended and nothing of the next request
+    /// is buffered: one read ahead, so that a client that closes is noticed (as hyper's server
+    /// notices it). Ready when it has closed (or its socket failed): the request is abandoned.
+    /// An end the body's own reads met is not this: the gateway answers that request.
     pub fn poll_client_gone(&mut self, cx: &mut Context<'_>, limit: usize) -> Poll<()> {
-        if self.decoder.is_some() {
+        if self.gone {
+            return Poll::Ready(());
+        }
+        if self.decoder.is_some() || self.eof || !self.buffer.is_empty() {
             return Poll::Pending;
         }
-        loop {
-            if self.eof {
-                return Poll::Ready(());
+        match std::task::ready!(self.poll_read_more(cx, limit)) {
+            Ok(0) | Err(_) => {
+                self.eof = true;
+                self.gone = true;
+                Poll::Ready(())
             }
-            if self.buffer.len() >= limit {
-                return Poll::Pending;
-            }
-            let room = limit - self.buffer.len();
-            match std::task::ready!(self.poll_read_more(cx, room)) {
-                Ok(0) | Err(_) => self.eof = true,
-                Ok(_) => {}
-            }
+            Ok(_) => Poll::Pending,
         }
     }
 
@@ -228,10 +243,13 @@ impl<R: AsyncRead + Unpin> ReadSide<R> {
                 Ok(Decoded::NeedMore) => {}
             }
             // Fields are borrowed one by one: the decoder stays borrowed from `self.decoder`.
+            let Some(io) = &mut self.io else {
+                return Poll::Ready(Some(Err(RequestBodyError::Abandoned)));
+            };
             if self.buffer.capacity() - self.buffer.len() < READ_SPACE / 4 {
                 self.buffer.reserve(READ_SPACE);
             }
-            match tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buffer) {
+            match tokio_util::io::poll_read_buf(Pin::new(io), cx, &mut self.buffer) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) => {
                     self.eof = true;

@@ -15,6 +15,9 @@ use super::field_values::{digits, has_token, last_coding_is_chunked};
 pub const MAX_REQUEST_HEADERS: usize = 100;
 /// The largest `Content-Length` served (hyper's bound); a larger one is refused with 431.
 const MAX_BODY_LENGTH: u64 = u64::MAX - 2;
+/// Fields the gateway adds to a request before it forwards it: `x-forwarded-for`,
+/// `x-forwarded-proto`, `x-forwarded-host`, `forwarded`, `via`, `x-request-id`, and two to spare.
+const ADDED_FIELDS: usize = 8;
 /// The longest request target served (hyper's limit); a longer one is refused with 414.
 pub const MAX_URI_LEN: usize = u16::MAX as usize - 1;
 
@@ -117,7 +120,9 @@ pub fn parse_request_head_within(
     let uri = Uri::from_maybe_shared(bytes.slice(scanned.target.0..scanned.target.1))
         .map_err(|_| HeadRefused::Malformed("the target is invalid"))?;
     let mut reading = Framing::new(version, &method);
-    let mut headers = HeaderMap::with_capacity(scanned.fields.len());
+    // Room for the fields the gateway adds before forwarding (the forwarded chain, `via`, the
+    // request id), so that the map is not grown on the way.
+    let mut headers = HeaderMap::with_capacity(scanned.fields.len() + ADDED_FIELDS);
     for ((name_start, name_end), (value_start, value_end)) in scanned.fields {
         let name = HeaderName::from_bytes(&bytes[name_start..name_end])
             .map_err(|_| HeadRefused::Malformed("a header name is invalid"))?;

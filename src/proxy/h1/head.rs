@@ -87,7 +87,9 @@ pub fn parse_head(buffer: &mut BytesMut, spans: &mut FieldSpans) -> Result<Parse
         )
     }));
     let bytes: Bytes = buffer.split_to(length).freeze();
-    let mut headers = HeaderMap::with_capacity(spans.len());
+    // Room for the fields the gateway adds to a response (`via`, the request id, `date`) and two
+    // to spare, so that the map is not grown on the way back.
+    let mut headers = HeaderMap::with_capacity(spans.len() + 5);
     for &(name_start, name_end, value_start, value_end) in spans.iter() {
         let name = HeaderName::from_bytes(&bytes[name_start..name_end])
             .map_err(|_| H1Error::Malformed("a header name is invalid"))?;

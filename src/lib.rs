@@ -14,9 +14,9 @@
 //!   path patterns, resource-key templates, and the compiled route table with each route's
 //!   settings (its upstream, its idempotency), reading `;` parameters and format suffixes every
 //!   way an upstream might.
-//! - [`server`]: the listeners — HTTP/1.1 and h2c, header, stream and connection limits (a 503
-//!   refusal over `max_connections`), a timeout for every connection state, graceful drain on
-//!   shutdown; the admin listener's own cap.
+//! - [`server`]: the listeners — the gateway's own HTTP/1.x server and hyper's HTTP/2 (h2c or
+//!   ALPN), header, stream and connection limits (a 503 refusal over `max_connections`), a
+//!   timeout for every connection state, graceful drain on shutdown; the admin listener's own cap.
 //! - [`descriptors`]: the open-file limit, raised at start and checked against every cap.
 //! - [`budget`]: the process-wide budget for bodies held in memory (503 `memory-busy`).
 //! - [`request_id`]: `X-Request-Id` — kept from the client when sane, else generated; forwarded,

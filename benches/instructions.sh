@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # User-space instructions per request, counted by callgrind, for a passthrough request (and a stale
-# write refused from the cache) through fencegate, beside nginx proxy_pass to the same upstream.
+# write refused from the cache) through fencegate, beside nginx proxy_pass and HAProxy (`http-reuse
+# always`) to the same upstream.
 # This VM has no hardware instruction counters (`perf stat -e instructions` says "not
 # supported"), so instructions are counted by simulation: exact and repeatable, user space only.
 #
@@ -10,10 +11,11 @@
 #   KEEP=dir benches/instructions.sh              # also keeps the callgrind files (callgrind_annotate)
 #
 # Each process under test runs alone under `valgrind --tool=callgrind --instr-atstart=no` with one
-# serving thread (fencegate `workers = 1`, nginx one worker without a master); wrk warms it up for
-# WARMUP seconds, then counting is switched on (callgrind_control -i on) for SECS seconds of load,
-# and the count is divided by the requests wrk completed in that window. The upstream is a
-# separate nginx answering `return 200`. Prints one line per run and a table of medians.
+# serving thread (fencegate `workers = 1`, nginx one worker without a master, HAProxy `nbthread 1`
+# in the foreground); wrk warms it up for WARMUP seconds, then counting is switched on
+# (callgrind_control -i on) for SECS seconds of load, and the count is divided by the requests wrk
+# completed in that window. The upstream is a separate nginx answering `return 200`. Prints one
+# line per run and a table of medians.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source benches/common.sh
@@ -28,6 +30,7 @@ PROXY_PORT=${PROXY_PORT:-19101}
 need valgrind valgrind
 need wrk wrk
 need nginx nginx-light
+need haproxy haproxy
 if [ -z "${FENCEGATE_BIN:-}" ]; then
   cargo build --release --locked --quiet --bin fencegate
   FENCEGATE_BIN=target/release/fencegate
@@ -71,6 +74,23 @@ http {
   }
 }
 NGINX
+
+cat > "$work/haproxy.cfg" <<HAPROXY
+global
+  nbthread 1
+defaults
+  mode http
+  option http-keep-alive
+  http-reuse always
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+frontend bench
+  bind 127.0.0.1:$PROXY_PORT
+  default_backend origin
+backend origin
+  server upstream 127.0.0.1:$UPSTREAM_PORT
+HAPROXY
 
 gateway_config() {
   mkdir -p "$work/state"
@@ -133,7 +153,8 @@ measure() {
   requests=$(wrk -t1 -c"$CONNS" -d"${SECS}s" -s "$work/$script" "http://127.0.0.1:$PROXY_PORT" |
     awk '/requests in/ {print $1}')
   callgrind_control -i off "$under_test" >/dev/null 2>&1
-  kill -INT "$under_test" 2>/dev/null || true
+  # TERM: HAProxy in the foreground ignores INT under valgrind; nginx and fencegate stop on either.
+  kill -TERM "$under_test" 2>/dev/null || true
   wait "$under_test" 2>/dev/null || true
   under_test=""
   if [ -n "${KEEP:-}" ]; then
@@ -153,6 +174,9 @@ for run in $(seq 1 "$RUNS"); do
   per=$(measure nginx plain.lua nginx -c "$work/proxy.conf")
   echo "run $run nginx passthrough: $per instructions/request" >&2
   results["nginx passthrough"]+="$per"$'\n'
+  per=$(measure haproxy plain.lua haproxy -db -f "$work/haproxy.cfg")
+  echo "run $run haproxy passthrough: $per instructions/request" >&2
+  results["haproxy passthrough"]+="$per"$'\n'
   for build in "${builds[@]}"; do
     label=${build%%=*} bin=${build#*=}
     for path in passthrough stale; do
@@ -172,7 +196,7 @@ echo "callgrind, one serving thread, wrk -t1 -c$CONNS, ${SECS}s counted after ${
 echo
 echo "| process and path | user-space instructions per request |"
 echo "|---|---|"
-for key in "nginx passthrough" $(for build in "${builds[@]}"; do printf '%s ' "${build%%=*}:passthrough" "${build%%=*}:stale"; done); do
+for key in "nginx passthrough" "haproxy passthrough" $(for build in "${builds[@]}"; do printf '%s ' "${build%%=*}:passthrough" "${build%%=*}:stale"; done); do
   key=${key/:/ }
   echo "| $key | $(awk 'NF' <<<"${results[$key]}" | median) |"
 done

@@ -49,6 +49,10 @@ if [ "${SCALE_OUT:-}" = 1 ]; then
   benches/scale-out.sh >"$work/scale-out.md"
 fi
 
+# User-space instructions per request beside nginx and HAProxy (callgrind; exact, so one run).
+echo "== instructions per request (callgrind)" >&2
+RUNS=1 benches/instructions.sh >"$work/instructions.md"
+
 # One fsync on this disk (the embedded store's durability cost at c=1): 500 O_DSYNC 4 KiB writes
 # in the directory the benchmarks keep their stores in.
 fsync_us=$(dd if=/dev/zero of="$work/fsync.probe" bs=4k count=500 oflag=dsync 2>&1 |
@@ -57,6 +61,8 @@ memory=$(cargo bench --locked --quiet --bench cache_memory 2>/dev/null | grep '^
 
 # field TABLE PATH COLUMN (2 = req/s, 3 = p50, 4 = p99, 5 = non-2xx, 6 = CPU µs/request)
 field() { awk -v p="$2" -v c="$3" '$1 == p {print $c}' "$work/$1.txt"; }
+# instructions PROCESS: its passthrough row in benches/instructions.sh's table.
+instructions() { awk -F'|' -v p="$1 passthrough" '$2 ~ p {gsub(/ /, "", $3); print $3}' "$work/instructions.md"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}'; }
 verdict() { awk -v v="$1" -v t="$2" -v dir="${3:-ge}" 'BEGIN {ok = (dir == "ge") ? v >= t : v <= t; print ok ? "holds" : "**misses**"}'; }
 
@@ -124,6 +130,7 @@ mib_million=$(awk -v b="$bytes_per_key" 'BEGIN {printf "%.0f", b * 1000000 / 104
   echo "| passthrough c=128 ≥ 1.1× nginx proxy_pass | $proxy_pass vs $nginx req/s = ${r_proxy}× | $(verdict "$r_proxy" 1.1) |"
   echo "| passthrough c=128 ≥ 1.1× HAProxy (\`http-reuse always\`, $(nproc) threads) | $proxy_pass vs $haproxy req/s = ${r_haproxy}× | $(verdict "$r_haproxy" 1.1) |"
   echo "| CPU per passthrough request ≤ the best peer's: fencegate / nginx / HAProxy | $cpu_fg / $cpu_nginx / $cpu_haproxy µs | $(verdict "$cpu_fg" "$cpu_best" le) |"
+  echo "| user-space instructions per passthrough request (callgrind, one serving thread): fencegate / nginx / HAProxy | $(instructions fencegate) / $(instructions nginx) / $(instructions haproxy) | - |"
   echo "| passthrough p99 ≤ nginx's | $p99_fg µs vs $p99_nginx µs = ${r_p99}× | $(verdict "$p99_fg" "$p99_nginx" le) |"
   echo "| access logs on both sides (fencegate's JSON line, nginx's combined line, each to a file) ≥ 1.1× nginx | ${r_logged_nginx}× | $(verdict "$r_logged_nginx" 1.1) |"
   echo "| fenced writes, embedded (durable, every token a new advance) ≥ 0.7× passthrough | ${r_embedded}× | $(verdict "$r_embedded" 0.7) |"
@@ -152,6 +159,11 @@ mib_million=$(awk -v b="$bytes_per_key" 'BEGIN {printf "%.0f", b * 1000000 / 104
   echo "its default (combined) access line per request to a file; \`logged-passthrough\`: fencegate at"
   echo "\`RUST_LOG=info\` writing its JSON access line per request to a file."
   cat "$work/proxy.md"
+  echo
+  echo "## Instructions per request"
+  echo
+  echo "\`benches/instructions.sh\` (this VM has no hardware counters; callgrind counts exactly):"
+  cat "$work/instructions.md"
   echo
   echo "## TLS (c=128)"
   echo

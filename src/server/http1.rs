@@ -91,13 +91,6 @@ enum Waited {
     ClientGone,
 }
 
-/// What the head reader found.
-enum NextHead {
-    Head(Box<RequestHead>),
-    /// The client closed (or the drain began) between requests.
-    Closed,
-}
-
 impl<R, W> Http1Connection<R, W>
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -127,8 +120,8 @@ where
         let mut draining = pin!(draining);
         loop {
             let head = match self.next_head(draining.as_mut()).await {
-                Ok(NextHead::Head(head)) => head,
-                Ok(NextHead::Closed) => {
+                Ok(Some(head)) => head,
+                Ok(None) => {
                     // A TLS client is owed its close_notify; the clock bounds how long this takes.
                     let _ = self.write.shutdown().await;
                     return Ok(());
@@ -139,7 +132,7 @@ where
                 }
                 Err(e) => return Err(e),
             };
-            let open = self.exchange(*head).await?;
+            let open = self.exchange(head).await?;
             if !open {
                 let _ = self.write.shutdown().await;
                 return Ok(());
@@ -147,11 +140,12 @@ where
         }
     }
 
-    /// Reads the next request head; the drain closes a connection waiting for one.
+    /// Reads the next request head: `None` when the client closed (or the drain began) between
+    /// requests; the drain closes a connection waiting for one.
     async fn next_head(
         &mut self,
         mut draining: Pin<&mut impl Future<Output = ()>>,
-    ) -> Result<NextHead, Http1Error> {
+    ) -> Result<Option<RequestHead>, Http1Error> {
         let max = self.max_head_bytes;
         let max_headers = self.max_headers;
         let shared = &self.read;
@@ -159,18 +153,18 @@ where
         poll_fn(|cx| loop {
             let mut side = lock(shared);
             if let Some(head) = parse_request_head_within(&mut side.buffer, max, max_headers)? {
-                return Poll::Ready(Ok(NextHead::Head(Box::new(head))));
+                return Poll::Ready(Ok(Some(head)));
             }
             if !drained && draining.as_mut().poll(cx).is_ready() {
                 drained = true;
             }
             if drained {
-                return Poll::Ready(Ok(NextHead::Closed));
+                return Poll::Ready(Ok(None));
             }
             let room = max.saturating_sub(side.buffer.len()).max(1);
             match std::task::ready!(side.poll_read_more(cx, room)) {
                 Ok(0) if side.buffer.iter().all(|b| b.is_ascii_whitespace()) => {
-                    return Poll::Ready(Ok(NextHead::Closed))
+                    return Poll::Ready(Ok(None))
                 }
                 Ok(0) => return Poll::Ready(Err(Http1Error::HeadCut)),
                 Ok(_) => {}

@@ -1,7 +1,7 @@
 //! What the listener and the request's layers hand each other as request (and response)
-//! extensions: a head with conflicting framing, who makes a fenced write's compare-and-advance
-//! (decided once, by routing), the write the fence admitted, and an answer the gateway replayed
-//! itself. A leaf: it depends on no other module of the crate.
+//! extensions: a head with conflicting framing, the write the fence admitted, and an answer the
+//! gateway replayed itself; and who makes a fenced write's compare-and-advance (decided once, by
+//! routing, and carried in the route match). A leaf: it depends on no other module of the crate.
 
 /// Marks a request whose head carried both `Content-Length` and `Transfer-Encoding`; the
 /// gateway refuses it before any layer runs.
@@ -9,7 +9,8 @@
 pub struct AmbiguousFraming;
 
 /// Which layer makes a fenced write's compare-and-advance. Routing decides it once per request
-/// from the route and the store; each layer asks only whether it is the owner.
+/// from the route and the store and puts it in the route match; each layer asks only whether it
+/// is the owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AdvanceBy {
     /// The fence, before anything else sees the request.

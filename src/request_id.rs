@@ -16,8 +16,8 @@ pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// a client cannot make every log line it causes arbitrarily large.
 pub const MAX_REQUEST_ID_LEN: usize = 128;
 
-/// The id of one request, always visible ASCII of at most [`MAX_REQUEST_ID_LEN`] bytes. Stored
-/// in the request's extensions by [`assign_request_id`].
+/// The id of one request, always visible ASCII of at most [`MAX_REQUEST_ID_LEN`] bytes. The
+/// layers read it from the request's `X-Request-Id`, which [`assign_request_id`] sets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestId(HeaderValue);
 
@@ -25,13 +25,14 @@ impl RequestId {
     /// A fresh random id (UUID v4, hyphenated).
     pub fn generate() -> RequestId {
         let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
-        let text = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
+        uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
         // A hyphenated UUID is 36 visible ASCII bytes: always a valid header value, so the nil
-        // UUID fallback is never used.
+        // UUID fallback is never used. The array itself becomes the value's shared bytes: one
+        // allocation, which the clones for the upstream's request and the client's answer share.
         RequestId(
-            HeaderValue::from_str(text).unwrap_or(HeaderValue::from_static(
-                "00000000-0000-0000-0000-000000000000",
-            )),
+            HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(text)).unwrap_or(
+                HeaderValue::from_static("00000000-0000-0000-0000-000000000000"),
+            ),
         )
     }
 
@@ -71,14 +72,13 @@ pub fn is_sane_request_id(value: &[u8]) -> bool {
 }
 
 /// Decides the request's id (the client's when sane, a new UUID otherwise), writes it to the
-/// request's `X-Request-Id` (replacing any other value, so the upstream sees exactly this id) and
-/// to its extensions, and returns it.
+/// request's `X-Request-Id` (replacing any other value, so the upstream sees exactly this id),
+/// and returns it.
 pub fn assign_request_id<B>(request: &mut Request<B>) -> RequestId {
     let id = RequestId::from_client(request.headers()).unwrap_or_else(RequestId::generate);
     request
         .headers_mut()
         .insert(X_REQUEST_ID, id.header_value().clone());
-    request.extensions_mut().insert(id.clone());
     id
 }
 
@@ -109,7 +109,6 @@ mod tests {
         let id = assign_request_id(&mut request);
         assert_eq!(id.as_str(), "abc-123_XYZ.{}");
         assert_eq!(request.headers()[X_REQUEST_ID], "abc-123_XYZ.{}");
-        assert_eq!(request.extensions().get::<RequestId>(), Some(&id));
     }
 
     #[test]

@@ -282,6 +282,44 @@ impl GatewayError {
         }
     }
 
+    /// The detail as the answer gives it, after `route {route}: ` when the failure has a route.
+    /// A stale token's is written by hand, without the formatting machinery: it is the refusal
+    /// a flood of superseded holders makes common (a unit test holds it to the `Display` text).
+    fn detail_on(&self, route: Option<&str>) -> String {
+        let GatewayError::StaleFence {
+            key,
+            token,
+            current,
+        } = self
+        else {
+            return match route {
+                Some(route) => format!("route {route}: {}", self.detail()),
+                None => self.detail(),
+            };
+        };
+        let mut token_digits = itoa::Buffer::new();
+        let mut current_digits = itoa::Buffer::new();
+        let parts = [
+            key.as_str(),
+            ": token ",
+            token_digits.format(*token),
+            " is below the high-water mark ",
+            current_digits.format(*current),
+        ];
+        let prefix = route.map_or(0, |route| "route ".len() + route.len() + ": ".len());
+        let mut detail = String::with_capacity(
+            prefix + "key ".len() + parts.iter().map(|part| part.len()).sum::<usize>(),
+        );
+        if let Some(route) = route {
+            detail.push_str("route ");
+            detail.push_str(route);
+            detail.push_str(": ");
+        }
+        detail.push_str("key ");
+        parts.iter().for_each(|part| detail.push_str(part));
+        detail
+    }
+
     /// The one place a failure without a route becomes an HTTP answer (see
     /// [`RequestError::into_response`]).
     pub fn into_response(self, request_id: &RequestId) -> Response<ProxyBody> {
@@ -334,10 +372,7 @@ impl RequestError {
     pub fn answer(self) -> (Problem, Option<(HeaderName, HeaderValue)>) {
         let RequestError { error, route } = self;
         let kind = error.kind();
-        let detail = match &route {
-            Some(route) => format!("route {route}: {}", error.detail()),
-            None => error.detail(),
-        };
+        let detail = error.detail_on(route.as_deref());
         let mut problem = kind.problem(detail);
         problem.key = error.key().map(str::to_owned);
         problem.route = route;
@@ -444,6 +479,28 @@ impl RequestError {
 
 #[cfg(test)]
 mod tests {
+    /// The stale refusal's hand-written detail is the `Display` text, with and without a route,
+    /// for keys that need JSON escapes and for the largest tokens.
+    #[test]
+    fn a_stale_tokens_detail_is_its_display_text() {
+        for (key, token, current) in [
+            ("invoice:1", 1, 1000),
+            ("a \"quoted\" key\n", 0, u64::MAX),
+            ("", u64::MAX - 1, u64::MAX),
+        ] {
+            let error = GatewayError::StaleFence {
+                key: key.to_owned(),
+                token,
+                current,
+            };
+            assert_eq!(error.detail_on(None), error.to_string());
+            assert_eq!(
+                error.detail_on(Some("invoices")),
+                format!("route invoices: {error}")
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

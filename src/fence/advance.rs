@@ -45,7 +45,13 @@ pub async fn advance(
     admission: &Admission,
     store: &CheckedStore,
 ) -> Result<(), GatewayError> {
-    let call = store.advance(&admission.key, admission.token, route.fence.compare);
+    // A token the cache already refuses is answered as the store call would answer it, without
+    // the call's future or its timer: a flood of stale writes costs no more than it must.
+    let compare = route.fence.compare;
+    if let Some(current) = store.cached_refusal(&admission.key, admission.token, compare) {
+        return Err(refuse_stale(route, admission, current));
+    }
+    let call = store.advance(&admission.key, admission.token, compare);
     make_advance(route, admission, async { Ok((call.await?, ())) }).await
 }
 

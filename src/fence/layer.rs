@@ -79,21 +79,19 @@ where
             // Nothing to check: the inner service's own future, not another box around it.
             return self.inner.call(request);
         }
-        let routed = routed.clone();
+        // The key and token are read here, so the future holds the route alone, not a copy of
+        // the match's captures and path.
+        let route = Arc::clone(&routed.route);
+        let by = routed.advance_by;
+        let read = read_key_and_token(&route, &routed.captures, &request);
         // The inner service was polled ready; keep that one and leave a fresh clone behind.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let store = Arc::clone(&self.store);
         let authorities = self.authorities.clone();
-        let by = request
-            .extensions()
-            .get::<AdvanceBy>()
-            .copied()
-            .unwrap_or_default();
         Box::pin(async move {
-            let route = routed.route;
             let note = request.extensions().get::<AccessNote>().cloned();
-            let verdict = match read_key_and_token(&route, &routed.captures, &request) {
+            let verdict = match read {
                 Ok(admission) => {
                     if let Some(note) = &note {
                         note.key_and_token(&admission.key, admission.token);

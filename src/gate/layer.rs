@@ -108,8 +108,9 @@ where
 
     fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
         let extensions = request.extensions();
-        let route = extensions.get::<RouteMatch>().map(|m| &m.route);
-        let owes_advance = extensions.get::<AdvanceBy>() == Some(&AdvanceBy::Turn);
+        let routed = extensions.get::<RouteMatch>();
+        let route = routed.map(|m| &m.route);
+        let owes_advance = routed.is_some_and(|m| m.advance_by == AdvanceBy::Turn);
         let (route, admission) = match (route, extensions.get::<Admission>()) {
             // Routing left the advance to this gate (a serialized route on PostgreSQL).
             (Some(route), Some(admission)) if owes_advance => {

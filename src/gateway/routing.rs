@@ -108,10 +108,12 @@ where
         }
         // A chunked (or lying) body is cut off where it passes the limit; the proxy answers 413.
         request.body_mut().limit_to(route.max_body as u64);
-        let by = advance_by(route, self.turns_advance);
+        let advance_by = advance_by(route, self.turns_advance);
         let route = Arc::clone(route);
-        request.extensions_mut().insert(by);
-        request.extensions_mut().insert(routed);
+        request.extensions_mut().insert(RouteMatch {
+            advance_by,
+            ..routed
+        });
         let inflight = InFlight::new(Arc::clone(&route), &metrics);
         let answer = self.inner.call(request);
         async move {

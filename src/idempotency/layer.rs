@@ -117,7 +117,7 @@ where
     };
     let intents = backend.intents.as_ref();
     let admission = request.extensions().get::<Admission>().cloned();
-    let owes_advance = request.extensions().get::<AdvanceBy>() == Some(&AdvanceBy::Intent);
+    let owes_advance = routed.advance_by == AdvanceBy::Intent;
     let (mut parts, body) = request.into_parts();
     let (body, request_held) = read_request(body, settings.max_request_body, budget)
         .await

@@ -130,15 +130,14 @@ impl Service<Request<RequestBody>> for Proxy {
             .filter(|routed| routed.route.upstream_auth.is_some())
             .map(|_| self.budget.clone());
         Box::pin(async move {
-            let routed =
-                request
-                    .extensions()
-                    .get::<RouteMatch>()
-                    .cloned()
-                    .ok_or(GatewayError::Internal(
-                        "request reached the proxy without a route",
-                    ))?;
-            let route = routed.route;
+            // The route alone: the match's captures and path stay in the request.
+            let route = request
+                .extensions()
+                .get::<RouteMatch>()
+                .map(|routed| Arc::clone(&routed.route))
+                .ok_or(GatewayError::Internal(
+                    "request reached the proxy without a route",
+                ))?;
             let note = request.extensions().get::<AccessNote>().cloned();
             let upstream_request = upstream_request_filter(request, &route)?;
             let pool = match &route.upstream_tls {

@@ -4,6 +4,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, Method};
+use smallvec::SmallVec;
 
 use super::idempotency::IdempotencySettings;
 use super::upstream::UpstreamTarget;
@@ -16,6 +17,7 @@ use crate::config::{
     CollectionWrites, Compare, FenceMode, FormatSuffix, OnStoreError, Ordering, PathParameters,
     RouteConfig,
 };
+use crate::extensions::AdvanceBy;
 use crate::stats::{RouteCounters, RouteMetrics};
 use crate::tls::UpstreamTls;
 use crate::token::{signature_key_from, SignatureKey};
@@ -153,6 +155,9 @@ pub struct RouteMatch {
     pub captures: Captures,
     /// The canonical path that matched, as it is forwarded.
     pub path: String,
+    /// Which layer makes the request's compare-and-advance: decided by routing, from the route
+    /// and the store, and carried here rather than in an extension of its own.
+    pub advance_by: AdvanceBy,
 }
 
 /// Why a route did not compile; `field` is relative to the route.
@@ -290,7 +295,8 @@ impl RouteTable {
 
     /// The first route whose pattern matches `path`, read literally.
     pub fn first_match(&self, path: &CanonicalPath) -> Result<Option<RouteMatch>, PathRefusal> {
-        let segments: Vec<&str> = path.segments().collect();
+        // Paths rarely have more segments than this: no allocation per request for the split.
+        let segments: SmallVec<[&str; 8]> = path.segments().collect();
         let trailing_slash = path.has_trailing_slash();
         for route in &self.routes {
             let found =
@@ -302,6 +308,7 @@ impl RouteTable {
                     route: Arc::clone(route),
                     captures: found.captures,
                     path: found.path,
+                    advance_by: AdvanceBy::default(),
                 }));
             }
         }

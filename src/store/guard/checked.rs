@@ -73,6 +73,13 @@ impl CheckedStore {
         self.advance_as("advance", key, token, compare)
     }
 
+    /// The mark that already refuses `token` for `key`, if the cache knows one: what
+    /// [`advance`](CheckedStore::advance) would answer as stale without a store call. Lets a
+    /// caller answer such a token before it makes a store call's future at all.
+    pub fn cached_refusal(&self, key: &str, token: u64, compare: Compare) -> Option<u64> {
+        self.cache.refuses(key, token, compare)
+    }
+
     /// [`advance`](CheckedStore::advance), counted in the store metrics under `op`.
     pub fn advance_as(
         &self,

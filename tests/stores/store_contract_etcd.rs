@@ -19,7 +19,7 @@ use fencegate::store::{
 
 use crate::support;
 use crate::support::contract::TRICKY;
-use crate::support::etcd::{etcd_url, get, put, with_prefix, ETCD_ADDR};
+use crate::support::etcd::{etcd_url, get, mod_revision, put, with_prefix, ETCD_ADDR};
 use crate::support::relay::{Relay, RelayMode};
 
 pub fn config(endpoints: &[String], prefix: &str) -> EtcdStoreConfig {
@@ -383,6 +383,81 @@ fn turn(key: &str, turn: u64) -> TakeTurn {
         lease: std::time::Duration::from_secs(30),
         advance: None,
     }
+}
+
+/// A thread's concurrent takes share transactions: 30 free keys taken at once are written at a
+/// few revisions, not 30, and each take is still answered as if it ran alone: a key another
+/// replica holds is refused, a mark at or above the token is answered as found, a broken mark
+/// fails only its own take, and a key taken twice at once is taken both times.
+#[tokio::test]
+async fn takes_sharing_one_transaction_are_answered_each_on_its_own() {
+    with_prefix(|prefix| async move {
+        let store = open_store(&config(&[etcd_url()], &prefix)).await;
+        let (mine, theirs) = (store.turns("holder-a"), store.turns("holder-b"));
+        assert_eq!(
+            theirs.take(turn("held", 1)).await.expect("take"),
+            Some(None)
+        );
+        put(&format!("{prefix}mark/high"), "00000000000000000100").await;
+        put(&format!("{prefix}mark/broken"), "not-a-number").await;
+        let advancing = |key: &str, token: u64| TakeTurn {
+            advance: Some(token),
+            ..turn(key, 1)
+        };
+        let keys: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
+        let mut takes: Vec<_> = keys
+            .iter()
+            .zip(1u64..)
+            .map(|(key, token)| mine.take(advancing(key, token)))
+            .collect();
+        takes.push(mine.take(turn("held", 1)));
+        takes.push(mine.take(advancing("high", 50)));
+        takes.push(mine.take(advancing("broken", 5)));
+        takes.push(mine.take(turn("k0", 2)));
+        let answers = futures_util::future::join_all(takes).await;
+        for answer in &answers[..30] {
+            assert_eq!(answer.as_ref().ok(), Some(&Some(None)));
+        }
+        assert_eq!(answers[30].as_ref().ok(), Some(&None), "held by another");
+        assert_eq!(answers[31].as_ref().ok(), Some(&Some(Some(100))));
+        assert!(
+            matches!(answers[32], Err(StoreError::Backend { .. })),
+            "the broken mark fails its own take: {:?}",
+            answers[32]
+        );
+        // k0 twice: both taken by their holder, in whichever order they reached etcd (in one
+        // transaction, etcd would have refused the whole batch for writing a key twice).
+        assert!(
+            matches!(answers[33], Ok(Some(_))),
+            "k0's second take: {:?}",
+            answers[33]
+        );
+        let k0 = get(&format!("{prefix}turn/k0")).await;
+        assert!(
+            matches!(k0.as_deref(), Some("holder-a 1" | "holder-a 2")),
+            "{k0:?}"
+        );
+        assert_eq!(
+            get(&format!("{prefix}mark/k29")).await.as_deref(),
+            Some("00000000000000000030")
+        );
+        let mut revisions = std::collections::BTreeSet::new();
+        for key in &keys[1..] {
+            revisions.insert(
+                mod_revision(&format!("{prefix}turn/{key}"))
+                    .await
+                    .expect("a taken turn"),
+            );
+        }
+        assert!(
+            revisions.len() <= 4,
+            "29 takes written at {} revisions: {revisions:?}",
+            revisions.len()
+        );
+        TurnStore::close(&mine).await.expect("close");
+        store.close().await.expect("close");
+    })
+    .await;
 }
 
 /// Turns released together go in one batch of conditional deletes: 50 keys released at once are

@@ -73,6 +73,21 @@ pub async fn get(key: &str) -> Option<String> {
     Some(String::from_utf8(bytes).expect("utf-8 value"))
 }
 
+/// The revision `key` was last written at, if it is there.
+pub async fn mod_revision(key: &str) -> Option<i64> {
+    let answer = call(
+        "/v3/kv/range",
+        serde_json::json!({"key": b64(key.as_bytes())}),
+    )
+    .await;
+    let revision = answer["kvs"].get(0)?.get("mod_revision")?;
+    // The JSON gateway writes 64-bit integers as strings.
+    revision
+        .as_str()
+        .and_then(|text| text.parse().ok())
+        .or_else(|| revision.as_i64())
+}
+
 /// Every key under `prefix`.
 pub async fn keys_under(prefix: &str) -> Vec<String> {
     let answer = call(

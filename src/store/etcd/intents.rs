@@ -504,22 +504,7 @@ mod tests {
     use super::*;
     use crate::config::DEFAULT_ETCD_MAX_BATCH;
     use crate::store::etcd::advance::batch_txn;
-
-    /// etcd's own limit (`checkTxnRequest` in its v3rpc): a transaction's compare, success and
-    /// failure lists each hold at most `max_ops`, and a nested transaction only what its parent's
-    /// longest list left.
-    fn within_max_txn_ops(txn: &TxnRequest, max_ops: usize) -> bool {
-        let ops = txn
-            .compare
-            .len()
-            .max(txn.success.len())
-            .max(txn.failure.len());
-        ops <= max_ops
-            && txn.success.iter().chain(&txn.failure).all(|op| match op {
-                RequestOp::Txn(nested) => within_max_txn_ops(nested, max_ops - ops),
-                _ => true,
-            })
-    }
+    use crate::store::etcd::within_max_txn_ops;
 
     /// The largest batch the configuration allows, every key beginning a fresh intent beside its
     /// advance (the deepest transaction the gateway writes), fits etcd's default

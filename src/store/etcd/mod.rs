@@ -6,7 +6,8 @@
 //! and the per-thread batchers; `identity.rs`: the store identity record; `intents.rs`: intent
 //! records by compare-and-swap on their revision; `outcomes.rs`: the batched outcomes of intents
 //! begun fresh; `turns.rs`: key turns under etcd leases, which `leases.rs` shares between the
-//! turns of about a second, given back in batches by `releases.rs`.
+//! turns of about a second, taken in batches by `takes.rs` and given back in batches by
+//! `releases.rs`.
 
 mod advance;
 mod error;
@@ -17,6 +18,7 @@ mod keys;
 mod leases;
 mod outcomes;
 mod releases;
+mod takes;
 mod turns;
 
 use std::sync::atomic::AtomicBool;
@@ -45,6 +47,23 @@ pub fn check_tls(config: &EtcdStoreConfig) -> Result<(), crate::tls::StoreTlsErr
 /// Advance batches each serving thread has in flight at once: etcd pipelines concurrent
 /// transactions through one raft round, so a second batch fills while the first commits.
 const BATCHES_IN_FLIGHT: usize = 2;
+
+/// etcd's own limit (`checkTxnRequest` in its v3rpc): a transaction's compare, success and
+/// failure lists each hold at most `max_ops`, and a nested transaction only what its parent's
+/// longest list left.
+#[cfg(test)]
+fn within_max_txn_ops(txn: &wire::TxnRequest, max_ops: usize) -> bool {
+    let ops = txn
+        .compare
+        .len()
+        .max(txn.success.len())
+        .max(txn.failure.len());
+    ops <= max_ops
+        && txn.success.iter().chain(&txn.failure).all(|op| match op {
+            wire::RequestOp::Txn(nested) => within_max_txn_ops(nested, max_ops - ops),
+            _ => true,
+        })
+}
 
 /// Handle to one etcd cluster; cheap to share behind an `Arc`.
 pub struct EtcdStore {

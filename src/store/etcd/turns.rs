@@ -2,20 +2,21 @@
 //! lease (shared with the other turns of its length taken within about a second, `leases.rs`), so
 //! that the cluster deletes it when the lease ends (the leader's clock). A take writes the turn —
 //! with the key's mark advanced in the same transaction when asked — only if the turn is still as
-//! last seen (first: absent, so a free key takes one transaction) and the store identity holds; a
-//! release deletes it only if it is still this turn, in the serving thread's batch of releases
-//! (`releases.rs`).
+//! last seen (first: absent, so a free key takes one transaction, nested in the serving thread's
+//! batch of takes, `takes.rs`) and the store identity holds; a release deletes it only if it is
+//! still this turn, in the serving thread's batch of releases (`releases.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::advance::{identity_holds, identity_refusal, mark_found, raise_mark, read};
 use super::error::{unexpected, wrap};
 use super::keys::{decode_mark, Keys};
 use super::leases::SharedLeases;
 use super::releases::{run_releases, Release, ReleaseQueue};
+use super::takes::{run_takes, QueuedTake};
 use crate::etcd::client::EtcdClient;
 use crate::etcd::wire::{
     Compare, KeyValue, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp, TxnRequest,
@@ -41,6 +42,7 @@ pub struct EtcdTurns {
     expected: Arc<ExpectedIdentity>,
     leases: SharedLeases,
     releases: PerThread<ReleaseQueue>,
+    takes: PerThread<mpsc::Sender<QueuedTake>>,
     max_batch: usize,
 }
 
@@ -67,6 +69,7 @@ impl EtcdTurns {
             holder: holder.to_owned(),
             expected,
             releases: PerThread::new(),
+            takes: PerThread::new(),
             max_batch,
         }
     }
@@ -88,7 +91,8 @@ impl EtcdTurns {
         Ok(answer.kvs.into_iter().next())
     }
 
-    /// One attempt at a take, on the turn as last `seen` (`None`: absent).
+    /// One attempt at a take, on the turn as last `seen` (`None`: absent). The first attempt,
+    /// on a key as yet unread, goes in the serving thread's batch of takes (`takes.rs`).
     async fn try_take(
         &self,
         take: &TakeTurn,
@@ -96,62 +100,115 @@ impl EtcdTurns {
         expected: Option<&str>,
     ) -> Result<Attempt, StoreError> {
         let lease = self.leases.for_turn(take.lease).await?;
-        let turn_key = self.keys.turn(&take.key);
-        let mark_key = self.keys.mark(&take.key);
-        let mut compare = vec![Compare::modified_at(
-            turn_key.as_str(),
-            seen.map_or(0, |kv| kv.mod_revision),
-        )];
-        if let Some(id) = expected {
-            compare.push(identity_holds(&self.keys, id));
-        }
-        let txn = TxnRequest {
-            compare,
-            success: vec![
-                RequestOp::Put(PutRequest {
-                    key: turn_key.as_str().into(),
-                    value: self.me(take.turn).into(),
-                    lease,
-                    prev_kv: false,
-                }),
-                match take.advance {
-                    Some(token) => raise_mark(&mark_key, token, None),
-                    None => read(&mark_key),
-                },
-            ],
-            // The identity record first (its refusal reads the first range), then the turn.
-            failure: vec![read(&self.keys.store_id()), read(&turn_key)],
-        };
+        let txn = take_txn(&self.keys, self.me(take.turn), take, lease, seen, expected);
         // An error leaves unknown whether the turn was written: its lease lapses on its own.
-        let answer: TxnResponse = self.client.call("/v3/kv/txn", &txn).await.map_err(wrap)?;
-        if !answer.succeeded {
-            if let Some(id) = expected {
-                let refusal = identity_refusal(&answer, id);
-                let holds = answer.responses.first().is_some_and(|op| {
-                    matches!(op, ResponseOp::Range(r)
+        let answer: TxnResponse = match seen {
+            None => self.batched(&take.key, txn).await?,
+            Some(_) => self.client.call("/v3/kv/txn", &txn).await.map_err(wrap)?,
+        };
+        attempt_of(take, &answer, expected)
+    }
+
+    /// Sends a first attempt's transaction in the calling thread's batch of takes.
+    async fn batched(&self, key: &str, txn: TxnRequest) -> Result<TxnResponse, StoreError> {
+        let queue = self.takes.queue(|| {
+            let (queue, takes) = mpsc::channel(QUEUE);
+            let client = Arc::clone(&self.client);
+            tokio::spawn(run_batches(
+                takes,
+                self.max_batch,
+                super::BATCHES_IN_FLIGHT,
+                move |batch| {
+                    let client = Arc::clone(&client);
+                    async move { run_takes(&client, batch).await }
+                },
+            ));
+            queue
+        })?;
+        let (reply, answer) = oneshot::channel();
+        queue
+            .send(QueuedTake {
+                key: key.to_owned(),
+                txn,
+                reply,
+            })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+}
+
+/// The transaction of one attempt at a take, writing `me` as the turn: write the turn (and raise
+/// or read the mark) if the turn is still as `seen` and the store identity holds; else read both.
+fn take_txn(
+    keys: &Keys,
+    me: String,
+    take: &TakeTurn,
+    lease: i64,
+    seen: Option<&KeyValue>,
+    expected: Option<&str>,
+) -> TxnRequest {
+    let turn_key = keys.turn(&take.key);
+    let mark_key = keys.mark(&take.key);
+    let mut compare = vec![Compare::modified_at(
+        turn_key.as_str(),
+        seen.map_or(0, |kv| kv.mod_revision),
+    )];
+    if let Some(id) = expected {
+        compare.push(identity_holds(keys, id));
+    }
+    TxnRequest {
+        compare,
+        success: vec![
+            RequestOp::Put(PutRequest {
+                key: turn_key.as_str().into(),
+                value: me.into(),
+                lease,
+                prev_kv: false,
+            }),
+            match take.advance {
+                Some(token) => raise_mark(&mark_key, token, None),
+                None => read(&mark_key),
+            },
+        ],
+        // The identity record first (its refusal reads the first range), then the turn.
+        failure: vec![read(&keys.store_id()), read(&turn_key)],
+    }
+}
+
+/// What one attempt's transaction ([`take_txn`]) answered.
+fn attempt_of(
+    take: &TakeTurn,
+    answer: &TxnResponse,
+    expected: Option<&str>,
+) -> Result<Attempt, StoreError> {
+    if !answer.succeeded {
+        if let Some(id) = expected {
+            let refusal = identity_refusal(answer, id);
+            let holds = answer.responses.first().is_some_and(|op| {
+                matches!(op, ResponseOp::Range(r)
                         if r.kvs.first().and_then(|kv| kv.value.text())
                             == Some(super::identity::record_of(id)))
-                });
-                if !holds {
-                    return Err(refusal);
-                }
+            });
+            if !holds {
+                return Err(refusal);
             }
-            let now = match answer.responses.get(1) {
-                Some(ResponseOp::Range(range)) => range.kvs.first().cloned(),
-                other => return Err(unexpected(format!("a take's turn read answered {other:?}"))),
-            };
-            return Ok(Attempt::Changed(now));
         }
-        let mark = match (take.advance, answer.responses.get(1)) {
-            (Some(token), Some(op)) => mark_found(op, token)?,
-            (None, Some(ResponseOp::Range(range))) => match range.kvs.first() {
-                None => None,
-                Some(kv) => Some(decode_mark(&kv.value.0).map_err(unexpected)?),
-            },
-            (_, other) => return Err(unexpected(format!("a take's mark answered {other:?}"))),
+        let now = match answer.responses.get(1) {
+            Some(ResponseOp::Range(range)) => range.kvs.first().cloned(),
+            other => return Err(unexpected(format!("a take's turn read answered {other:?}"))),
         };
-        Ok(Attempt::Taken(mark))
+        return Ok(Attempt::Changed(now));
     }
+    let mark = match (take.advance, answer.responses.get(1)) {
+        (Some(token), Some(op)) => mark_found(op, token)?,
+        (None, Some(ResponseOp::Range(range))) => match range.kvs.first() {
+            None => None,
+            Some(kv) => Some(decode_mark(&kv.value.0).map_err(unexpected)?),
+        },
+        (_, other) => return Err(unexpected(format!("a take's mark answered {other:?}"))),
+    };
+    Ok(Attempt::Taken(mark))
 }
 
 impl TurnStore for EtcdTurns {
@@ -286,5 +343,38 @@ impl EtcdTurns {
         };
         let answer: TxnResponse = self.client.call("/v3/kv/txn", &txn).await.map_err(wrap)?;
         Ok(answer.succeeded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DEFAULT_ETCD_MAX_BATCH;
+    use crate::store::etcd::takes::batch_txn;
+    use crate::store::etcd::within_max_txn_ops;
+
+    /// The largest batch of takes the configuration allows, each advancing its key's mark under
+    /// the identity comparison (the deepest take), fits etcd's default `--max-txn-ops` of 128.
+    #[test]
+    fn the_largest_batch_of_takes_fits_etcds_default_operation_limit() {
+        let keys = Keys::new("fencegate/");
+        let takes = |count: usize| {
+            let txns = (0..count)
+                .map(|i| {
+                    let take = TakeTurn {
+                        key: format!("key-{i}"),
+                        turn: 1,
+                        lease: Duration::from_secs(30),
+                        advance: Some(7),
+                    };
+                    take_txn(&keys, "replica 1".to_owned(), &take, 1, None, Some("id"))
+                })
+                .collect();
+            batch_txn(txns)
+        };
+        assert!(within_max_txn_ops(&takes(DEFAULT_ETCD_MAX_BATCH), 128));
+        // Three levels below the batch: a take, its raise, the raise's second comparison.
+        assert!(within_max_txn_ops(&takes(124), 128));
+        assert!(!within_max_txn_ops(&takes(125), 128));
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
+use crate::admin::Stopping;
 use crate::authority::Authorities;
 use crate::budget::MemoryBudget;
 use crate::compiled::{Compiled, ListenerSettings};
@@ -81,6 +82,8 @@ pub struct App {
     /// The routes' lock authorities, followed while serving (none when built outside a
     /// runtime: routes with an authority then refuse their fenced writes).
     authorities: Option<Arc<Authorities>>,
+    /// Set when the gateway is asked to stop, for `/readyz`.
+    stopping: Stopping,
 }
 
 /// Raises the open-file limit, and checks that every cap of `config` fits in it.
@@ -211,7 +214,19 @@ impl App {
             replica: None,
             limits,
             file_limit,
+            stopping: Stopping::default(),
         }
+    }
+
+    /// The flag that turns `/readyz` to 503 once set: set it when the gateway is asked to stop,
+    /// `drain_delay` before the `shutdown` future handed to [`App::serve`] resolves.
+    pub fn stopping(&self) -> Stopping {
+        self.stopping.clone()
+    }
+
+    /// `[server] drain_delay`: how long the listener keeps serving once [`App::stopping`] is set.
+    pub fn drain_delay(&self) -> std::time::Duration {
+        self.config.server.drain_delay
     }
 
     /// A compiled route, for reading its counters.
@@ -316,6 +331,7 @@ impl App {
             authorities: self.authorities.clone(),
             token: token.into(),
             probes_require_token: admin.probes_require_token,
+            stopping: self.stopping.clone(),
         };
         let router = crate::admin::router(state);
         Ok(Some(tokio::spawn(crate::server::serve_admin(

@@ -375,18 +375,10 @@ fn serve(path: &Path) -> ExitCode {
         };
         app.set_config_source(path, &text);
         #[cfg(unix)]
-        let (reloads, shutdown) = (
-            tokio::spawn(reload_on_sighup(app.reloader(), signals.hangup)),
-            shutdown_signal(signals.terminate, signals.interrupt),
-        );
+        let reloads = tokio::spawn(reload_on_sighup(app.reloader(), signals.hangup.take()));
         #[cfg(not(unix))]
-        let (reloads, shutdown) = {
-            let _ = signals;
-            (
-                tokio::spawn(reload_on_sighup(app.reloader())),
-                shutdown_signal(),
-            )
-        };
+        let reloads = tokio::spawn(reload_on_sighup(app.reloader()));
+        let shutdown = stop_after_delay(signals, app.stopping(), app.drain_delay());
         app.serve(listener, shutdown).await;
         reloads.abort();
         ExitCode::SUCCESS
@@ -488,33 +480,26 @@ async fn reload_on_sighup(
     let _ = reloader;
 }
 
-/// Resolves on SIGINT (ctrl-c) or SIGTERM.
-#[cfg(unix)]
-async fn shutdown_signal(
-    terminate: Option<tokio::signal::unix::Signal>,
-    interrupt: Option<tokio::signal::unix::Signal>,
+/// Resolves when the drain should begin: on SIGTERM or SIGINT (ctrl-c elsewhere) `/readyz`
+/// turns to 503 at once, and the listener keeps serving for `drain_delay` (so that load
+/// balancers stop sending here first), or until a second such signal.
+async fn stop_after_delay(
+    mut signals: Signals,
+    stopping: fencegate::admin::Stopping,
+    drain_delay: std::time::Duration,
 ) {
-    async fn received(signal: Option<tokio::signal::unix::Signal>) {
-        match signal {
-            Some(mut signal) => {
-                signal.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
+    let signal = signals.stop_requested().await;
+    stopping.begin();
+    if drain_delay.is_zero() {
+        tracing::info!("{signal} received: draining");
+        return;
     }
+    tracing::info!(
+        "{signal} received: /readyz answers 503, serving for {drain_delay:?} more before draining"
+    );
     tokio::select! {
-        () = received(interrupt) => tracing::info!("SIGINT received"),
-        () = received(terminate) => tracing::info!("SIGTERM received"),
-    }
-}
-
-/// Resolves on ctrl-c.
-#[cfg(not(unix))]
-async fn shutdown_signal() {
-    if tokio::signal::ctrl_c().await.is_ok() {
-        tracing::info!("ctrl-c received");
-    } else {
-        std::future::pending::<()>().await;
+        () = tokio::time::sleep(drain_delay) => tracing::info!("drain delay over: draining"),
+        signal = signals.stop_requested() => tracing::info!("{signal} received again: draining now"),
     }
 }
 

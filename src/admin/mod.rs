@@ -7,9 +7,11 @@ mod error;
 mod fences;
 mod intents;
 mod routes;
+mod stopping;
 mod whole_number;
 
 pub use error::AdminError;
+pub use stopping::Stopping;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +48,8 @@ pub struct AdminState {
     pub authorities: Option<Arc<Authorities>>,
     pub token: Arc<str>,
     pub probes_require_token: bool,
+    /// Set when the gateway is asked to stop: `/readyz` answers 503 from then on.
+    pub stopping: Stopping,
 }
 
 /// The admin router.
@@ -120,9 +124,17 @@ async fn metrics(State(state): State<AdminState>) -> Response {
         .into_response()
 }
 
-/// Ready: the configuration is loaded (we are running), the store answers and is trusted, and
-/// every lock authority of a route that fails closed without it is in sync.
+/// Ready: the configuration is loaded (we are running), the gateway has not been asked to stop,
+/// the store answers and is trusted, and every lock authority of a route that fails closed
+/// without it is in sync.
 async fn ready(State(state): State<AdminState>) -> Response {
+    if state.stopping.is_stopping() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stopping: still serving until the drain begins, take no new clients here\n",
+        )
+            .into_response();
+    }
     let lost: Vec<String> = state
         .authorities
         .iter()

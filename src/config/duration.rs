@@ -5,16 +5,27 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    let parsed = humantime::parse_duration(&text).map_err(|e| {
-        serde::de::Error::custom(format!(
-            "invalid duration {text:?}: {e} (write e.g. \"30s\" or \"250ms\")"
-        ))
-    })?;
+    let parsed = zero_allowed::deserialize(deserializer)?;
     if parsed.is_zero() {
         return Err(serde::de::Error::custom(
             "a duration of zero is not allowed",
         ));
     }
     Ok(parsed)
+}
+
+/// The same, for the few settings where zero means "none" (`drain_delay = "0s"`: drain at once).
+pub mod zero_allowed {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        humantime::parse_duration(&text).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "invalid duration {text:?}: {e} (write e.g. \"30s\" or \"250ms\")"
+            ))
+        })
+    }
 }

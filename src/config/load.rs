@@ -500,6 +500,36 @@ compare = "monotonic"
         assert_eq!(config.routes[0].timeout, std::time::Duration::from_secs(30));
     }
 
+    /// `drain_delay` is 5 s unless set; zero (drain at once) is allowed, unlike the timeouts.
+    #[test]
+    fn the_drain_delay_defaults_to_five_seconds_and_may_be_zero() {
+        use std::time::Duration;
+        let config = parse(GOOD).expect("documented example must load");
+        assert_eq!(config.server.drain_delay, Duration::from_secs(5));
+        let at = |delay: &str| {
+            GOOD.replacen(
+                "[server]\n",
+                &format!("[server]\ndrain_delay = \"{delay}\"\n"),
+                1,
+            )
+        };
+        let zero = parse(&at("0s")).expect("zero drain delay");
+        assert_eq!(zero.server.drain_delay, Duration::ZERO);
+        assert_eq!(
+            parse(&at("250ms"))
+                .expect("a drain delay")
+                .server
+                .drain_delay,
+            Duration::from_millis(250)
+        );
+        let message = parse(&at("soon")).unwrap_err().to_string();
+        assert!(message.contains("drain_delay"), "{message}");
+        let message = parse(&GOOD.replacen("[server]\n", "[server]\nshutdown_grace = \"0s\"\n", 1))
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("zero"), "{message}");
+    }
+
     #[test]
     fn unknown_route_key_names_file_route_and_field() {
         let text = GOOD.replace(

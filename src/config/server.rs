@@ -10,6 +10,9 @@ use super::{byte_size, duration};
 
 /// How long in-flight requests may run after a shutdown signal before connections are closed.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// How long the listener keeps serving after SIGTERM, with `/readyz` answering 503, before the
+/// drain begins: time for load balancers to stop sending new clients here.
+pub const DEFAULT_DRAIN_DELAY: Duration = Duration::from_secs(5);
 /// How often expired intent records are pruned.
 pub const DEFAULT_INTENT_PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 /// How often the store's identity is re-checked while serving.
@@ -55,6 +58,10 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     #[serde(default = "default_shutdown_grace", with = "duration")]
     pub shutdown_grace: Duration,
+    /// After SIGTERM, how long the listener keeps serving with `/readyz` answering 503 before the
+    /// drain (`shutdown_grace`) begins; a second SIGTERM or SIGINT cuts it short.
+    #[serde(default = "default_drain_delay", with = "duration::zero_allowed")]
+    pub drain_delay: Duration,
     /// The gateway's own small state (the record of the store it adopted), relative to the
     /// working directory. Each replica needs its own, kept across restarts.
     #[serde(default = "default_state_dir")]
@@ -142,6 +149,9 @@ fn default_access_log_sample() -> f64 {
 }
 fn default_shutdown_grace() -> Duration {
     DEFAULT_SHUTDOWN_GRACE
+}
+fn default_drain_delay() -> Duration {
+    DEFAULT_DRAIN_DELAY
 }
 fn default_intent_prune_interval() -> Duration {
     DEFAULT_INTENT_PRUNE_INTERVAL

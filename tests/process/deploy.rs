@@ -427,14 +427,33 @@ fn every_gateway_serves_its_configmap_with_probes_on_its_admin_port() {
                 );
             }
 
-            // SIGKILL comes after the pod's grace period: it must leave shutdown_grace to drain.
+            // SIGKILL comes after the pod's grace period: it must leave the preStop pause, the
+            // drain delay and shutdown_grace to drain.
             let grace = gateway.pod["terminationGracePeriodSeconds"]
                 .as_u64()
                 .unwrap_or(30);
+            let pre_stop = &gateway.container["lifecycle"]["preStop"];
+            let paused = if pre_stop.is_null() {
+                Duration::ZERO
+            } else {
+                let command: Vec<&str> = list(&pre_stop["exec"]["command"])
+                    .filter_map(|part| part.as_str())
+                    .collect();
+                match command[..] {
+                    ["/bin/sleep", seconds] => {
+                        Duration::from_secs(seconds.parse().expect("preStop sleeps whole seconds"))
+                    }
+                    _ => panic!("{at}: a preStop hook other than a pause: {pre_stop}"),
+                }
+            };
+            let server = &gateway.config.server;
+            let needed = paused + server.drain_delay + server.shutdown_grace;
             assert!(
-                Duration::from_secs(grace) > gateway.config.server.shutdown_grace,
-                "{at}: terminationGracePeriodSeconds {grace} must exceed shutdown_grace {:?}",
-                gateway.config.server.shutdown_grace
+                Duration::from_secs(grace) > needed,
+                "{at}: terminationGracePeriodSeconds {grace} must exceed the preStop pause \
+                 {paused:?}, drain_delay {:?} and shutdown_grace {:?} together",
+                server.drain_delay,
+                server.shutdown_grace
             );
 
             // The image's user, on a read-only root filesystem.

@@ -1,11 +1,12 @@
-//! The real binary on SIGTERM: stops accepting, finishes what is in flight, exits 0. And with
-//! `--log-format json`, its stderr is JSON lines carrying each refusal's context.
+//! The real binary on SIGTERM: `/readyz` turns to 503 while it serves on for `drain_delay`, then
+//! it stops accepting, finishes what is in flight, exits 0. And with `--log-format json`, its
+//! stderr is JSON lines carrying each refusal's context.
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use crate::support::gateway::fenced_route;
-use crate::support::process::stderr_path;
+use crate::support::process::{stderr_path, Launch};
 use crate::support::{send, Behavior, GatewayProcess, RecordingUpstream, DELAY_HEADER};
 
 /// How long the in-flight request takes at the upstream: long enough to signal in the middle.
@@ -70,6 +71,102 @@ async fn sigterm_drains_the_in_flight_request_refuses_new_connections_and_exits_
         .expect("wait task");
     assert_eq!(status.code(), Some(0), "{status}");
     assert!(upstream.abandoned().is_empty());
+}
+
+/// Polls `url` until it answers `status`, for at most `within`.
+async fn answers(url: &str, status: u16, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if send("GET", url, &[], "").await.status == status {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// With `drain_delay`, SIGTERM turns `/readyz` to 503 at once while the listener keeps taking new
+/// connections and serving writes (so a load balancer that checks `/readyz` sends clients
+/// elsewhere before anything is refused); the drain begins after the delay, and the process
+/// exits 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_turns_readyz_to_503_and_keeps_serving_for_the_drain_delay() {
+    const DRAIN_DELAY: Duration = Duration::from_secs(3);
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let process = Launch::new()
+        .server("drain_delay = \"3s\"")
+        .admin("drain-token-0123456789", "")
+        .start(
+            dir.path(),
+            &fenced_route("docs", &upstream.url(), "enforce", "monotonic"),
+        );
+    let ready = process.admin_url("/readyz");
+    assert!(
+        answers(&ready, 200, Duration::from_secs(5)).await,
+        "never ready"
+    );
+
+    let signalled = Instant::now();
+    process.signal_terminate();
+    assert!(
+        answers(&ready, 503, Duration::from_secs(1)).await,
+        "/readyz did not turn to 503 after SIGTERM"
+    );
+    // Until the delay is nearly over: every write, each on a new connection, is served.
+    let mut token = 1;
+    while signalled.elapsed() < DRAIN_DELAY - Duration::from_millis(700) {
+        let reply = send(
+            "PUT",
+            &process.url("/docs/1"),
+            &[("x-fence", &token.to_string())],
+            "x",
+        )
+        .await;
+        assert_eq!(reply.status, 200, "write {token} during the drain delay");
+        token += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        token > 10,
+        "only {token} writes were tried during the delay"
+    );
+    let status = tokio::task::spawn_blocking(move || process.wait_exit(Duration::from_secs(10)))
+        .await
+        .expect("wait task");
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert!(
+        signalled.elapsed() >= DRAIN_DELAY,
+        "exited {:?} after SIGTERM, before the drain delay",
+        signalled.elapsed()
+    );
+}
+
+/// A second SIGTERM during the drain delay starts the drain at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_sigterm_cuts_the_drain_delay_short() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let process = Launch::new()
+        .server("drain_delay = \"60s\"")
+        .admin("drain-token-0123456789", "")
+        .start(dir.path(), "");
+    let ready = process.admin_url("/readyz");
+    assert!(
+        answers(&ready, 200, Duration::from_secs(5)).await,
+        "never ready"
+    );
+    process.signal_terminate();
+    assert!(
+        answers(&ready, 503, Duration::from_secs(1)).await,
+        "not 503"
+    );
+    let signalled = Instant::now();
+    process.signal_terminate();
+    let status = tokio::task::spawn_blocking(move || process.wait_exit(Duration::from_secs(10)))
+        .await
+        .expect("wait task");
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert!(signalled.elapsed() < Duration::from_secs(5));
 }
 
 #[tokio::test(flavor = "multi_thread")]

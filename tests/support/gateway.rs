@@ -101,11 +101,7 @@ impl GatewayBuilder {
         let store_toml = self.store_toml.unwrap_or_else(|| embedded_store(&dir));
         let mut text = config_text_with_store(&dir, "127.0.0.1:0", &store_toml, &self.routes_toml);
         if !self.server_options.is_empty() {
-            text = text.replacen(
-                "[server]\n",
-                &format!("[server]\n{}\n", self.server_options),
-                1,
-            );
+            text = with_server_options(&text, &self.server_options);
         }
         if !self.server_tables.is_empty() {
             text = text.replacen(
@@ -265,6 +261,28 @@ pub fn config_text(dir: &Path, listen: &str, routes_toml: &str) -> String {
     config_text_with_store(dir, listen, &embedded_store(dir), routes_toml)
 }
 
+/// `text` (from [`config_text`]) with the TOML lines `options` at the top of `[server]`, in place
+/// of the defaults `config_text` writes for the same keys (`drain_delay`, `shutdown_grace`, …).
+pub fn with_server_options(text: &str, options: &str) -> String {
+    let set: Vec<&str> = options
+        .lines()
+        .filter_map(|line| line.split_once('=').map(|(key, _)| key.trim()))
+        .collect();
+    let (server, rest) = text
+        .split_once("\n\n")
+        .expect("a [server] table, then the others");
+    let kept: Vec<&str> = server
+        .lines()
+        .filter(|line| {
+            line.split_once('=')
+                .is_none_or(|(key, _)| !set.contains(&key.trim()))
+        })
+        .collect();
+    let kept = kept.join("\n");
+    let with = kept.replacen("[server]", &format!("[server]\n{}", options.trim_end()), 1);
+    format!("{with}\n\n{rest}")
+}
+
 /// A whole configuration file with the given `[store]` table; the gateway's state goes to `dir`.
 pub fn config_text_with_store(
     dir: &Path,
@@ -273,7 +291,7 @@ pub fn config_text_with_store(
     routes_toml: &str,
 ) -> String {
     format!(
-        "[server]\nlisten = \"{listen}\"\nshutdown_grace = \"5s\"\nstate_dir = \"{dir}\"\nstore_check_interval = \"200ms\"\nintent_prune_interval = \"100ms\"\n\n{store_toml}\n{routes_toml}\n",
+        "[server]\nlisten = \"{listen}\"\nshutdown_grace = \"5s\"\ndrain_delay = \"0s\"\nstate_dir = \"{dir}\"\nstore_check_interval = \"200ms\"\nintent_prune_interval = \"100ms\"\n\n{store_toml}\n{routes_toml}\n",
         dir = dir.display(),
     )
 }

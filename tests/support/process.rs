@@ -271,10 +271,9 @@ impl Launch {
     pub fn start_or_exit(self, dir: &Path, routes_toml: &str) -> Started {
         let addr = free_port();
         let admin = self.admin.as_ref().map(|_| free_port());
-        let mut text = super::gateway::config_text(dir, &addr.to_string(), routes_toml).replacen(
-            "[server]\n",
-            &format!("[server]\n{}", self.server_options),
-            1,
+        let mut text = super::gateway::with_server_options(
+            &super::gateway::config_text(dir, &addr.to_string(), routes_toml),
+            &self.server_options,
         );
         if let (Some(admin_addr), Some(table)) = (admin, &self.admin) {
             text.push_str(&format!("\n[admin]\nlisten = \"{admin_addr}\"\n{table}"));

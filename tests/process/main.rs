@@ -26,6 +26,7 @@ mod payment_sdks;
 mod provider_contracts;
 mod reload;
 mod replicas;
+mod rolling_restart;
 mod shutdown;
 mod stripe;
 mod telemetry;

@@ -5,6 +5,7 @@
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use crate::support::client::answers_within;
 use crate::support::gateway::fenced_route;
 use crate::support::process::{stderr_path, Launch};
 use crate::support::{send, Behavior, GatewayProcess, RecordingUpstream, DELAY_HEADER};
@@ -73,18 +74,6 @@ async fn sigterm_drains_the_in_flight_request_refuses_new_connections_and_exits_
     assert!(upstream.abandoned().is_empty());
 }
 
-/// Polls `url` until it answers `status`, for at most `within`.
-async fn answers(url: &str, status: u16, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if send("GET", url, &[], "").await.status == status {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
-}
-
 /// With `drain_delay`, SIGTERM turns `/readyz` to 503 at once while the listener keeps taking new
 /// connections and serving writes (so a load balancer that checks `/readyz` sends clients
 /// elsewhere before anything is refused); the drain begins after the delay, and the process
@@ -103,14 +92,14 @@ async fn sigterm_turns_readyz_to_503_and_keeps_serving_for_the_drain_delay() {
         );
     let ready = process.admin_url("/readyz");
     assert!(
-        answers(&ready, 200, Duration::from_secs(5)).await,
+        answers_within(&ready, 200, Duration::from_secs(5)).await,
         "never ready"
     );
 
     let signalled = Instant::now();
     process.signal_terminate();
     assert!(
-        answers(&ready, 503, Duration::from_secs(1)).await,
+        answers_within(&ready, 503, Duration::from_secs(1)).await,
         "/readyz did not turn to 503 after SIGTERM"
     );
     // Until the delay is nearly over: every write, each on a new connection, is served.
@@ -152,12 +141,12 @@ async fn a_second_sigterm_cuts_the_drain_delay_short() {
         .start(dir.path(), "");
     let ready = process.admin_url("/readyz");
     assert!(
-        answers(&ready, 200, Duration::from_secs(5)).await,
+        answers_within(&ready, 200, Duration::from_secs(5)).await,
         "never ready"
     );
     process.signal_terminate();
     assert!(
-        answers(&ready, 503, Duration::from_secs(1)).await,
+        answers_within(&ready, 503, Duration::from_secs(1)).await,
         "not 503"
     );
     let signalled = Instant::now();

@@ -58,6 +58,21 @@ pub async fn try_send(
         .map_err(|e| format!("{e:?}"))
 }
 
+/// Polls `url` with GET until it answers `status`, for at most `within`; whether it did.
+pub async fn answers_within(url: &str, status: u16, within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if try_send("GET", url, &[], "")
+            .await
+            .is_ok_and(|reply| reply.status == status)
+        {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    false
+}
+
 /// Sends one HTTP/2 request with prior knowledge; `None` when the connection or the stream failed
 /// (a reset stream, say) instead of answering.
 pub async fn try_send_h2(

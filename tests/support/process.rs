@@ -209,6 +209,10 @@ pub struct Launch {
     /// `RUST_LOG` (default `warn`) and arguments after `serve --config FILE`.
     rust_log: Option<String>,
     args: Vec<String>,
+    /// Fixed data-plane and admin addresses (a replica restarted where it was) instead of free
+    /// ports.
+    listen: Option<SocketAddr>,
+    admin_listen: Option<SocketAddr>,
 }
 
 /// How a [`Launch`] ended when the binary was not expected to serve.
@@ -226,6 +230,13 @@ impl Launch {
     pub fn server(mut self, options: &str) -> Launch {
         self.server_options.push_str(options);
         self.server_options.push('\n');
+        self
+    }
+
+    /// Serve on `listen` (and the admin listener, if any, on `admin`) instead of free ports.
+    pub fn at(mut self, listen: SocketAddr, admin: SocketAddr) -> Launch {
+        self.listen = Some(listen);
+        self.admin_listen = Some(admin);
         self
     }
 
@@ -269,8 +280,11 @@ impl Launch {
 
     /// Like `start`, returning the exit status and stderr if the binary exits before listening.
     pub fn start_or_exit(self, dir: &Path, routes_toml: &str) -> Started {
-        let addr = free_port();
-        let admin = self.admin.as_ref().map(|_| free_port());
+        let addr = self.listen.unwrap_or_else(free_port);
+        let admin = self
+            .admin
+            .as_ref()
+            .map(|_| self.admin_listen.unwrap_or_else(free_port));
         let mut text = super::gateway::with_server_options(
             &super::gateway::config_text(dir, &addr.to_string(), routes_toml),
             &self.server_options,

@@ -3,6 +3,7 @@
 #   nginx (Debian, with the DAV module), golang-go and golang-github-google-uuid-dev (Debian),
 #   Flask 3 and Django (pip), Express 5 with uuid (npm), Rails 6.1 (Debian ruby-rails, with
 #   SQLite and PostgreSQL drivers), Spring MVC 4.3 on Jetty 9 (Debian),
+#   HAProxy (Debian) for the rolling-restart test,
 # the Stripe end-to-end test's client library: stripe 16.1.0 (pip), the Adyen, PayPal and Square
 # libraries (pip, pinned in install-payments.sh), and psycopg 3.3.9 and kazoo 2.11.0 (pip) for the
 # token snippets test.
@@ -41,6 +42,16 @@ elif ! nginx -V 2>&1 | grep -q -- '--with-http_dav_module'; then
   failed+=(nginx-dav)
 else
   echo "nginx: $state ($(nginx -v 2>&1 | sed 's/^nginx version: //'), dav module built in)"
+fi
+
+# HAProxy, the load balancer of the rolling-restart test (tests/process/rolling_restart.rs).
+if command -v haproxy >/dev/null 2>&1; then
+  echo "haproxy: present ($(haproxy -v 2>&1 | head -1 | awk '{print $3}'))"
+elif apt_install haproxy && command -v haproxy >/dev/null 2>&1; then
+  echo "haproxy: installed ($(haproxy -v 2>&1 | head -1 | awk '{print $3}'))"
+else
+  echo "haproxy: FAILED to install (apt-get install haproxy)"
+  failed+=(haproxy)
 fi
 
 # Go toolchain (standard library only; Debian's golang-go).

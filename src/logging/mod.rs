@@ -67,8 +67,11 @@ where
             .with_writer(writer)
             .finish()
             .into(),
+        // One flat object per line: the event's fields beside `timestamp`, `level` and
+        // `target`, not nested under `fields`, as log pipelines index them.
         LogFormat::Json => logs
             .json()
+            .flatten_event(true)
             .with_ansi(false)
             .with_writer(JsonSafe::new(writer))
             .finish()
@@ -183,7 +186,10 @@ mod tests {
         assert_one_clean_line(&out);
         assert!(!out.contains('\x1b'), "{out:?}");
         let line: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(line["fields"]["key"], HOSTILE);
-        assert_eq!(line["fields"]["message"], format!("refused {HOSTILE}"));
+        // Flat: the event's fields beside the line's own members.
+        assert_eq!(line["key"], HOSTILE);
+        assert_eq!(line["message"], format!("refused {HOSTILE}"));
+        assert_eq!(line["level"], "INFO");
+        assert!(line.get("fields").is_none(), "{line}");
     }
 }

@@ -191,11 +191,13 @@ async fn json_log_format_writes_json_lines_with_the_refusals_context() {
         })
         .collect();
     assert!(!lines.is_empty(), "no log lines at info");
+    // Flat: the event's fields beside timestamp, level and target.
     let refusal = lines
         .iter()
-        .map(|line| &line["fields"])
-        .find(|fields| fields["message"] == "refused: stale fencing token")
+        .find(|line| line["message"] == "refused: stale fencing token")
         .unwrap_or_else(|| panic!("no stale-fence refusal in the log:\n{text}"));
+    assert_eq!(refusal["level"], "INFO");
+    assert!(refusal.get("fields").is_none(), "{refusal}");
     assert_eq!(refusal["route"], "docs");
     assert_eq!(refusal["key"], "docs:7");
     assert_eq!(refusal["token"], 3);

@@ -30,7 +30,6 @@ fn access_lines(log: &str) -> Vec<serde_json::Value> {
     log.lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .filter(|line| line["target"] == "fencegate::access")
-        .map(|line| line["fields"].clone())
         .collect()
 }
 

@@ -4,8 +4,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
-
 use super::advance::{run_batch, AdvanceRequest, Advanced, BeginInBatch};
 use super::error::{unexpected, BACKEND};
 use super::identity::{cluster_of, identity};
@@ -14,7 +12,7 @@ use super::outcomes::{run_outcomes, OutcomeRequest};
 use super::EtcdStore;
 use crate::config::Compare;
 use crate::etcd::wire::RequestOp;
-use crate::store::plumbing::batches::{run_batches, QUEUE};
+use crate::store::plumbing::batches::call_batched;
 use crate::store::{Advance, FenceStore, StoreError, StoreFuture, StoreIdentity};
 
 impl EtcdStore {
@@ -28,37 +26,27 @@ impl EtcdStore {
         begin: Option<BeginInBatch>,
     ) -> Result<Advanced, StoreError> {
         self.check_open()?;
-        let batcher = self.batchers.queue(|| {
-            let (batcher, requests) = mpsc::channel(QUEUE);
+        let start = || {
             let (client, keys, expected) = (
                 Arc::clone(&self.client),
                 self.keys.clone(),
                 Arc::clone(&self.expected),
             );
-            tokio::spawn(run_batches(
-                requests,
-                self.max_batch,
-                super::BATCHES_IN_FLIGHT,
-                move |batch| {
-                    let (client, keys) = (Arc::clone(&client), keys.clone());
-                    let expected = expected.get();
-                    async move { run_batch(&client, &keys, batch, expected.as_deref()).await }
-                },
-            ));
-            batcher
-        })?;
-        let (reply, answer) = oneshot::channel();
-        batcher
-            .send(AdvanceRequest {
-                key: key.to_owned(),
-                token,
-                compare,
-                begin,
-                reply,
-            })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
+            move |batch| {
+                let (client, keys) = (Arc::clone(&client), keys.clone());
+                let expected = expected.get();
+                async move { run_batch(&client, &keys, batch, expected.as_deref()).await }
+            }
+        };
+        let limits = (self.max_batch, super::BATCHES_IN_FLIGHT);
+        call_batched(&self.batchers, limits, start, |reply| AdvanceRequest {
+            key: key.to_owned(),
+            token,
+            compare,
+            begin,
+            reply,
+        })
+        .await
     }
 
     /// Swaps an intent's record by `swap` (see [`super::outcomes`]) in the calling thread's
@@ -69,30 +57,22 @@ impl EtcdStore {
         swap: RequestOp,
     ) -> Result<bool, StoreError> {
         self.check_open()?;
-        let batcher = self.outcome_batchers.queue(|| {
-            let (batcher, requests) = mpsc::channel(QUEUE);
+        let start = || {
             let client = Arc::clone(&self.client);
-            tokio::spawn(run_batches(
-                requests,
-                self.max_batch,
-                super::BATCHES_IN_FLIGHT,
-                move |batch| {
-                    let client = Arc::clone(&client);
-                    async move { run_outcomes(&client, batch).await }
-                },
-            ));
-            batcher
-        })?;
-        let (reply, answer) = oneshot::channel();
-        batcher
-            .send(OutcomeRequest {
+            move |batch| {
+                let client = Arc::clone(&client);
+                async move { run_outcomes(&client, batch).await }
+            }
+        };
+        let limits = (self.max_batch, super::BATCHES_IN_FLIGHT);
+        call_batched(&self.outcome_batchers, limits, start, |reply| {
+            OutcomeRequest {
                 intent_key: intent_key.to_owned(),
                 swap,
                 reply,
-            })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
+            }
+        })
+        .await
     }
 }
 

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
 use super::advance::{identity_holds, identity_refusal, mark_found, raise_mark, read};
 use super::error::{unexpected, wrap};
@@ -23,7 +23,7 @@ use crate::etcd::wire::{
     TxnResponse,
 };
 use crate::store::guard::expected::ExpectedIdentity;
-use crate::store::plumbing::batches::{run_batches, QUEUE};
+use crate::store::plumbing::batches::{call_batched, run_batches, QUEUE};
 use crate::store::plumbing::per_thread::PerThread;
 use crate::store::turns::{Renewal, TakeTurn, TurnStore};
 use crate::store::{StoreError, StoreFuture};
@@ -111,30 +111,20 @@ impl EtcdTurns {
 
     /// Sends a first attempt's transaction in the calling thread's batch of takes.
     async fn batched(&self, key: &str, txn: TxnRequest) -> Result<TxnResponse, StoreError> {
-        let queue = self.takes.queue(|| {
-            let (queue, takes) = mpsc::channel(QUEUE);
+        let start = || {
             let client = Arc::clone(&self.client);
-            tokio::spawn(run_batches(
-                takes,
-                self.max_batch,
-                super::BATCHES_IN_FLIGHT,
-                move |batch| {
-                    let client = Arc::clone(&client);
-                    async move { run_takes(&client, batch).await }
-                },
-            ));
-            queue
-        })?;
-        let (reply, answer) = oneshot::channel();
-        queue
-            .send(QueuedTake {
-                key: key.to_owned(),
-                txn,
-                reply,
-            })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
+            move |batch| {
+                let client = Arc::clone(&client);
+                async move { run_takes(&client, batch).await }
+            }
+        };
+        let limits = (self.max_batch, super::BATCHES_IN_FLIGHT);
+        call_batched(&self.takes, limits, start, |reply| QueuedTake {
+            key: key.to_owned(),
+            txn,
+            reply,
+        })
+        .await
     }
 }
 

@@ -1,12 +1,15 @@
 //! Batching with a few batches in flight: requests that arrive while batches run go together in
 //! the next one, and at most `in_flight` batches run at once, each as a task of its own on the
 //! batching task's runtime. Used by the PostgreSQL advance batchers (one per serving thread) and
-//! its mark reads.
+//! its mark reads, and by the etcd batchers through [`call_batched`].
 
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use super::per_thread::PerThread;
+use crate::store::StoreError;
 
 /// Requests that may queue for a batching task before callers wait (their store timeout still
 /// runs).
@@ -45,6 +48,33 @@ pub(crate) async fn run_batches<R, W>(
     let _ = turns
         .acquire_many(u32::try_from(in_flight).unwrap_or(u32::MAX))
         .await;
+}
+
+/// Sends the request `request` makes around its reply channel to the calling thread's batcher in
+/// `queues` and waits for the answer. A thread without one starts it on its own runtime: batches
+/// of at most `max_batch`, `in_flight` at once, each run by the function `start` makes.
+pub(crate) async fn call_batched<R, T, F, W>(
+    queues: &PerThread<mpsc::Sender<R>>,
+    (max_batch, in_flight): (usize, usize),
+    start: impl FnOnce() -> F,
+    request: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> R,
+) -> Result<T, StoreError>
+where
+    R: Send + 'static,
+    F: FnMut(Vec<R>) -> W + Send + 'static,
+    W: Future<Output = ()> + Send + 'static,
+{
+    let queue = queues.queue(|| {
+        let (queue, requests) = mpsc::channel(QUEUE);
+        tokio::spawn(run_batches(requests, max_batch, in_flight, start()));
+        queue
+    })?;
+    let (reply, answer) = oneshot::channel();
+    queue
+        .send(request(reply))
+        .await
+        .map_err(|_| StoreError::Closed)?;
+    answer.await.map_err(|_| StoreError::Closed)?
 }
 
 #[cfg(test)]

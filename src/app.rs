@@ -172,6 +172,10 @@ impl App {
         let cache = Arc::new(MarkCache::new(config.store.cache_capacity()));
         let trust = Arc::new(StoreTrust::default());
         let metrics = Metrics::new();
+        metrics.bind(&routes);
+        metrics
+            .buffered_bytes_limit
+            .set(i64::try_from(config.server.max_buffered_bytes).unwrap_or(i64::MAX));
         let limits = SharedLimits {
             budget: MemoryBudget::new(
                 config.server.max_buffered_bytes,
@@ -328,6 +332,7 @@ impl App {
             intents: self.intents.clone(),
             trust: Arc::clone(&self.trust),
             metrics: Arc::clone(&self.metrics),
+            listeners: self.listeners.clone(),
             authorities: self.authorities.clone(),
             token: token.into(),
             probes_require_token: admin.probes_require_token,
@@ -391,11 +396,12 @@ impl App {
                 .map(Arc::new)
         });
         let telemetry = Telemetry {
-            access_log: self
-                .config
-                .server
-                .access_log
-                .then(|| Arc::new(AccessLog::new(self.config.server.access_log_sample))),
+            access_log: self.config.server.access_log.then(|| {
+                Arc::new(AccessLog::new(
+                    self.config.server.access_log_sample,
+                    self.config.server.access_log_format,
+                ))
+            }),
             spans: spans.clone(),
         };
         // One gateway per serving thread, each with its own upstream connections.

@@ -209,6 +209,7 @@ impl Reloader {
             })?;
         }
         let routes = config.routes.len();
+        self.metrics.bind(&table);
         self.routes.replace(table);
         if let Some(authorities) = &self.authorities {
             start_authorities(authorities, &self.routes.current());

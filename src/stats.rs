@@ -1,47 +1,78 @@
-//! Per-route counters of fence outcomes, kept as plain atomics until the metrics exporter reads
-//! them, and a route's handles into the Prometheus metrics labelled with its name.
-
-use std::sync::atomic::{AtomicU64, Ordering};
+//! Per-route counters of fence outcomes and a route's handles into the labelled request metrics.
+//! Both are series of the registry in `metrics.rs`, looked up by route name, so a reloaded route
+//! counts on from where its predecessor of the same name stopped.
 
 use prometheus::{Histogram, IntCounter, IntGauge};
 
 /// Counts for one route. Never keyed by resource key, so their number is bounded by the config.
-#[derive(Debug, Default)]
+/// Bound to the gateway's registry when the route table is installed ([`Metrics::bind`]); a
+/// table compiled outside a gateway (`check-config`, unit tests) counts in detached counters.
+///
+/// [`Metrics::bind`]: crate::metrics::Metrics::bind
+#[derive(Debug, Clone)]
 pub struct RouteCounters {
     /// Fenced requests whose token passed and that were forwarded.
-    pub accepted: AtomicU64,
+    pub accepted: IntCounter,
     /// Accepted requests that raised the key's mark (a new generation: owner churn).
-    pub advanced: AtomicU64,
+    pub advanced: IntCounter,
     /// Refusals (enforce) or would-be refusals (observe), by reason.
-    pub missing: AtomicU64,
-    pub invalid: AtomicU64,
-    pub stale: AtomicU64,
+    pub missing: IntCounter,
+    pub invalid: IntCounter,
+    pub stale: IntCounter,
     /// Tokens more than `max_advance` above their key's mark.
-    pub too_far_ahead: AtomicU64,
+    pub too_far_ahead: IntCounter,
     /// Tokens without the lock authority's signature, and with a bad one.
-    pub unsigned: AtomicU64,
-    pub bad_signature: AtomicU64,
+    pub unsigned: IntCounter,
+    pub bad_signature: IntCounter,
     /// Tokens the lock authority refused: their lease ended, or they are not the holder's.
-    pub lease_ended: AtomicU64,
+    pub lease_ended: IntCounter,
     /// Store failures or timeouts met by fenced requests.
-    pub store_errors: AtomicU64,
+    pub store_errors: IntCounter,
     /// Requests forwarded unchecked because the store failed and the route fails open.
-    pub failed_open: AtomicU64,
+    pub failed_open: IntCounter,
     /// Requests that observe mode forwarded although enforce would have refused them.
-    pub observed_refusals: AtomicU64,
+    pub observed_refusals: IntCounter,
     /// Idempotent route: answers the provider marked as its own replay of the key.
-    pub provider_replays: AtomicU64,
+    pub provider_replays: IntCounter,
     /// Idempotent route: answers that said the provider did nothing (`transient_statuses`).
-    pub transient_answers: AtomicU64,
+    pub transient_answers: IntCounter,
 }
 
 impl RouteCounters {
-    pub fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+    /// Counters registered nowhere, for a route that serves no gateway.
+    pub fn detached() -> RouteCounters {
+        let counter = || {
+            // A fixed, valid name and help: construction cannot fail.
+            IntCounter::new(
+                "fencegate_detached_total",
+                "Counts of a route outside a gateway.",
+            )
+            .expect("valid counter definition")
+        };
+        RouteCounters {
+            accepted: counter(),
+            advanced: counter(),
+            missing: counter(),
+            invalid: counter(),
+            stale: counter(),
+            too_far_ahead: counter(),
+            unsigned: counter(),
+            bad_signature: counter(),
+            lease_ended: counter(),
+            store_errors: counter(),
+            failed_open: counter(),
+            observed_refusals: counter(),
+            provider_replays: counter(),
+            transient_answers: counter(),
+        }
     }
 
-    pub fn read(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
+    pub fn bump(counter: &IntCounter) {
+        counter.inc();
+    }
+
+    pub fn read(counter: &IntCounter) -> u64 {
+        counter.get()
     }
 }
 
@@ -55,6 +86,8 @@ pub struct RouteMetrics {
     pub refused: IntCounter,
     pub failed: IntCounter,
     pub upstream_duration: Histogram,
+    /// `fencegate_request_duration_seconds`: the request's head received to its response head.
+    pub duration: Histogram,
 }
 
 impl RouteMetrics {

@@ -26,9 +26,12 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::authority::Authorities;
-use crate::metrics::Metrics;
+use crate::compiled::ListenerSettings;
+use crate::metrics::{IntentGauges, Metrics};
 use crate::reload::{Reloader, RouteSource};
+use crate::route::RouteTable;
 use crate::store::{CheckedStore, IntentStore, StoreError, StoreTrust};
+use crate::tls::ListenerTls;
 
 /// How long an admin call waits for the store.
 const ADMIN_STORE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -44,6 +47,8 @@ pub struct AdminState {
     pub intents: Option<Arc<dyn IntentStore>>,
     pub trust: Arc<StoreTrust>,
     pub metrics: Arc<Metrics>,
+    /// The listeners' certificates, for their expiry metric.
+    pub listeners: ListenerSettings,
     /// The routes' lock authorities (none before serving starts them).
     pub authorities: Option<Arc<Authorities>>,
     pub token: Arc<str>,
@@ -116,12 +121,70 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The exposition, after the gauges read at scrape time: intents counted in the store (when an
+/// idempotent route needs them) and the certificates' expiry.
 async fn metrics(State(state): State<AdminState>) -> Response {
+    let routes = state.routes.current();
+    let idempotent = routes.routes().any(|route| route.idempotency.is_some());
+    let census = match &state.intents {
+        Some(intents) if idempotent => Some(intent_gauges(intents.as_ref()).await),
+        _ => None,
+    };
+    if let Some(census) = census {
+        state.metrics.set_intents(census);
+    }
+    state.metrics.set_certificates(
+        certificates(&state.listeners, &routes)
+            .iter()
+            .map(|(name, not_after)| (name.as_str(), *not_after)),
+    );
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(&state.routes.current()),
+        state.metrics.render(),
     )
         .into_response()
+}
+
+/// SUBMITTING intents and the oldest one's age; `None` when the store did not answer in time.
+async fn intent_gauges(intents: &dyn IntentStore) -> Option<IntentGauges> {
+    let census = tokio::time::timeout(ADMIN_STORE_TIMEOUT, intents.census()).await;
+    let census = match census {
+        Ok(Ok(census)) => census,
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "intents could not be counted for /metrics");
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!("intents could not be counted for /metrics: the store timed out");
+            return None;
+        }
+    };
+    let now_ms = crate::idempotency::now_ms();
+    let age_ms = census
+        .oldest_submitting_ms
+        .map_or(0, |updated| now_ms.saturating_sub(updated));
+    Some(IntentGauges {
+        submitting: census.submitting,
+        oldest_submitting_age: Duration::from_millis(age_ms),
+    })
+}
+
+/// Every certificate the gateway presents, by metric name, with its expiry (Unix seconds).
+fn certificates(listeners: &ListenerSettings, routes: &RouteTable) -> Vec<(String, i64)> {
+    let listener = |name: &str, tls: &Option<Arc<ListenerTls>>| {
+        tls.as_ref()
+            .and_then(|tls| tls.not_after())
+            .map(|not_after| (name.to_owned(), not_after))
+    };
+    let upstream = routes.routes().filter_map(|route| {
+        let not_after = route.upstream_tls.as_ref()?.client_not_after?;
+        Some((format!("upstream:{}", route.name), not_after))
+    });
+    listener("server", &listeners.data)
+        .into_iter()
+        .chain(listener("admin", &listeners.admin))
+        .chain(upstream)
+        .collect()
 }
 
 /// Ready: the configuration is loaded (we are running), the gateway has not been asked to stop,

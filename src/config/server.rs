@@ -129,6 +129,21 @@ pub struct ServerConfig {
     /// answers are always written.
     #[serde(default = "default_access_log_sample")]
     pub access_log_sample: f64,
+    /// How each access line is written: structured fields, or nginx's `combined` line.
+    #[serde(default)]
+    pub access_log_format: AccessLogFormat,
+}
+
+/// The access line's shape.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessLogFormat {
+    /// Structured fields: text or flat JSON, as `--log-format` says.
+    #[default]
+    Fields,
+    /// nginx's `combined` line (client, time, request line, status, bytes, referer, user
+    /// agent), then the gateway's own fields as `name=value`, as the line's message.
+    Combined,
 }
 
 impl ServerConfig {

@@ -61,7 +61,7 @@ pub fn judge(
     admission: &Admission,
     advanced: Bounded<Advance>,
 ) -> Result<(), GatewayError> {
-    let counters = &route.counters;
+    let counters = route.counters();
     let key = || admission.key.clone();
     match advanced {
         Ok(Ok(Advance::Accepted { previous })) => {
@@ -88,7 +88,7 @@ pub fn judge(
 
 /// Counts a stale token and makes its refusal.
 pub fn refuse_stale(route: &CompiledRoute, admission: &Admission, current: u64) -> GatewayError {
-    RouteCounters::bump(&route.counters.stale);
+    RouteCounters::bump(&route.counters().stale);
     GatewayError::StaleFence {
         key: admission.key.clone(),
         token: admission.token,

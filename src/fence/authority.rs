@@ -37,7 +37,7 @@ pub async fn check_authority(
     match authority.check(&admission.key, admission.token).await {
         Ok(_) => Ok(()),
         Err(AuthorityRefusal::LeaseEnded { holder }) => {
-            RouteCounters::bump(&route.counters.lease_ended);
+            RouteCounters::bump(&route.counters().lease_ended);
             Err(GatewayError::LeaseEnded {
                 key: admission.key.clone(),
                 token: admission.token,

@@ -116,7 +116,7 @@ where
                     }
                 }
                 (Err(refusal), _) if fails_open(&route, &refusal) => {
-                    RouteCounters::bump(&route.counters.failed_open);
+                    RouteCounters::bump(&route.counters().failed_open);
                     if let Some(note) = &note {
                         note.verdict(Verdict::FailedOpen);
                     }
@@ -135,7 +135,7 @@ fn read_key_and_token<B>(
     captures: &crate::route::Captures,
     request: &Request<B>,
 ) -> Result<Admission, GatewayError> {
-    let counters = &route.counters;
+    let counters = route.counters();
     let Some(template) = &route.resource_key else {
         return Err(GatewayError::Internal(
             "a fenced route without a resource key",
@@ -189,7 +189,7 @@ async fn admit<B>(
         authorities,
         by,
     } = checks;
-    let counters = &route.counters;
+    let counters = route.counters();
     let Admission { key, token } = &admission;
     if let Some(signature) = &route.fence.signature {
         signature
@@ -242,6 +242,6 @@ fn fails_open(route: &CompiledRoute, refusal: &GatewayError) -> bool {
 
 /// Observe mode: the refusal is counted (by the check) and logged, and the request goes on.
 fn observe(route: &CompiledRoute, refusal: &GatewayError) {
-    RouteCounters::bump(&route.counters.observed_refusals);
+    RouteCounters::bump(&route.counters().observed_refusals);
     tracing::warn!(route = %route.name, would_refuse = %refusal, "observe mode: forwarding a request enforce would refuse");
 }

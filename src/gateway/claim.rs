@@ -87,7 +87,7 @@ impl Claim {
         let key = decode_key(raw_key)?;
         let note = request.extensions().get::<AccessNote>();
         if let Some(note) = note {
-            note.route(CLAIM_ROUTE);
+            note.route(CLAIM_ROUTE, false);
         }
         let token = read_fence_header(request.headers(), &CLAIM_FENCE_HEADER).map_err(|error| {
             GatewayError::Token {

@@ -38,7 +38,7 @@ use crate::request_id::{assign_request_id, stamp_request_id};
 use crate::route::{check_method_spelling, RESERVED_PREFIX};
 use crate::store::intents::NoIntentStore;
 use crate::store::{CheckedStore, IntentStore};
-use crate::telemetry::{AccessNote, Telemetry};
+use crate::telemetry::{AccessNote, ReceivedBody, Telemetry};
 
 type RoutedStack = Routing<Fence<Idempotency<Gate<Proxy>>>>;
 
@@ -215,9 +215,10 @@ where
         }
         let body_timeout = self.body_timeout;
         let note = request.extensions().get::<AccessNote>().cloned();
-        let answer = self
-            .routed
-            .call(request.map(|body| streamed_body(body, body_timeout)));
+        let counted = note.clone();
+        let answer = self.routed.call(
+            request.map(|body| streamed_body(ReceivedBody::new(body, counted), body_timeout)),
+        );
         Box::pin(async move {
             let response = answer.await.unwrap_or_else(|e| {
                 if let Some(note) = &note {

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use futures_util::future::{self, BoxFuture, FutureExt as _};
 use http::{Request, Response};
@@ -91,12 +92,13 @@ where
                     .requests
                     .with_label_values(&[NO_ROUTE, "refused"])
                     .inc();
+                metrics.observe_response(NO_ROUTE, request.method(), error.kind().spec().status);
                 return future::ready(Err(error.into())).boxed();
             }
         };
         let route = &routed.route;
         if let Some(note) = request.extensions().get::<AccessNote>() {
-            note.route(&route.name);
+            note.route(&route.name, route.trust_forwarded);
         }
         // Before the fence: a body the route would refuse must not advance the mark.
         if declared_length(&request).is_some_and(|length| length > route.max_body as u64) {
@@ -104,6 +106,7 @@ where
             let refusal = GatewayError::BodyTooLarge {
                 limit: route.max_body,
             };
+            metrics.observe_response(&route.name, request.method(), refusal.kind().spec().status);
             return future::ready(Err(refusal.on_route(route.name.clone()))).boxed();
         }
         // A chunked (or lying) body is cut off where it passes the limit; the proxy answers 413.
@@ -115,14 +118,20 @@ where
             ..routed
         });
         let inflight = InFlight::new(Arc::clone(&route), &metrics);
+        let method = request.method().clone();
+        let started = Instant::now();
         let answer = self.inner.call(request);
         async move {
             let result = answer.await;
             drop(inflight);
-            metrics
-                .of_route(&route)
-                .outcome(outcome_label(&result))
-                .inc();
+            let series = metrics.of_route(&route);
+            series.duration.observe(started.elapsed().as_secs_f64());
+            series.outcome(outcome_label(&result)).inc();
+            let status = match &result {
+                Ok(response) => response.status(),
+                Err(error) => error.kind().spec().status,
+            };
+            metrics.observe_response(&route.name, &method, status);
             // The route, attached once to whatever failed below.
             result.map_err(|error| error.on_route(route.name.clone()))
         }

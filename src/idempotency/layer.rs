@@ -263,7 +263,7 @@ where
             // The provider did nothing (rate limited, busy, the key in use): no outcome to keep,
             // and the answer goes to the client as it came, `Retry-After` included.
             let_go(intents, &record_key, &attempt, fresh).await;
-            RouteCounters::bump(&route.counters.transient_answers);
+            RouteCounters::bump(&route.counters().transient_answers);
             tracing::info!(route = %route.name, key = %record_key, status = response.status().as_u16(), "transient answer: the intent is released, not recorded");
             return Ok(response);
         }
@@ -274,7 +274,7 @@ where
             {
                 // The provider answered from its own record of the key: passed on as it came,
                 // and counted as the provider's replay, not the gateway's.
-                RouteCounters::bump(&route.counters.provider_replays);
+                RouteCounters::bump(&route.counters().provider_replays);
             }
             response
         }
@@ -321,7 +321,7 @@ where
         // An answer too long to read whole cannot be shown to say "completed" either.
         if !(complete && rule.holds(&stored_body)) {
             let_go(intents, &record_key, &attempt, fresh).await;
-            RouteCounters::bump(&route.counters.transient_answers);
+            RouteCounters::bump(&route.counters().transient_answers);
             tracing::info!(route = %route.name, key = %record_key, status = head.status.as_u16(), "the answer's body does not say completed (completed_when): the intent is released, not recorded");
             return Ok(Response::from_parts(head, reply_body));
         }

@@ -193,7 +193,7 @@ impl Exchange<'_> {
             .upstream_duration
             .observe(took.as_secs_f64());
         if let Some(note) = self.note {
-            note.upstream_time(took);
+            note.upstream(route.upstream.slot(), took);
         }
         match answered {
             Err(_elapsed) => {

@@ -60,7 +60,8 @@ pub struct CompiledRoute {
     pub max_body: usize,
     pub fence: FenceSettings,
     pub idempotency: Option<IdempotencySettings>,
-    pub counters: RouteCounters,
+    /// Set once by `Metrics::bind` when the table is installed; read through [`Self::counters`].
+    pub fence_counters: OnceLock<RouteCounters>,
     /// The route's series of the labelled metrics, set by `Metrics::of_route` on first use.
     pub metrics: OnceLock<RouteMetrics>,
 }
@@ -87,6 +88,12 @@ pub struct FenceSettings {
 }
 
 impl CompiledRoute {
+    /// The route's fence counters: the registry's series once the table is installed in a
+    /// gateway, detached ones before.
+    pub fn counters(&self) -> &RouteCounters {
+        self.fence_counters.get_or_init(RouteCounters::detached)
+    }
+
     /// Whether a request with this method goes through the fence check.
     pub fn fences(&self, method: &Method) -> bool {
         self.fence.mode != FenceMode::Off && self.fenced_methods.contains(method)
@@ -490,7 +497,7 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
             response_read_ahead: config.fence.response_read_ahead,
             authority,
         },
-        counters: RouteCounters::default(),
+        fence_counters: OnceLock::new(),
         metrics: OnceLock::new(),
     };
     let typed_inputs = route.key_templates().any(KeyTemplate::has_typed_inputs);

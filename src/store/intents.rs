@@ -203,6 +203,14 @@ pub enum Resolution {
     Release,
 }
 
+/// What `/metrics` shows of the intents: SUBMITTING ones (outcome not known) and the oldest's
+/// last update (Unix milliseconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IntentCensus {
+    pub submitting: u64,
+    pub oldest_submitting_ms: Option<u64>,
+}
+
 /// Intent records, in the same store as the fence marks. Every method is atomic per key.
 pub trait IntentStore: Send + Sync + 'static {
     /// Records a new attempt per [`decide_begin`], atomically with reading what is there.
@@ -219,6 +227,8 @@ pub trait IntentStore: Send + Sync + 'static {
         updated_before_ms: u64,
         limit: usize,
     ) -> StoreFuture<'_, Vec<IntentRecord>>;
+    /// How many intents are SUBMITTING, and when the oldest of them was last updated.
+    fn census(&self) -> StoreFuture<'_, IntentCensus>;
     /// Applies an operator's decision to a SUBMITTING intent. `false`: no such intent.
     fn resolve(&self, key: &str, resolution: Resolution, now_ms: u64) -> StoreFuture<'_, bool>;
     /// Deletes at most `limit` records whose retention ended; returns how many.
@@ -255,6 +265,9 @@ impl IntentStore for NoIntentStore {
     }
     fn list_submitting(&self, _: u64, _: usize) -> StoreFuture<'_, Vec<IntentRecord>> {
         NoIntentStore::unavailable()
+    }
+    fn census(&self) -> StoreFuture<'_, IntentCensus> {
+        Self::unavailable()
     }
     fn resolve(&self, _: &str, _: Resolution, _: u64) -> StoreFuture<'_, bool> {
         NoIntentStore::unavailable()

@@ -28,8 +28,8 @@ pub use guard::measured::Measured;
 pub use guard::replica::Replica;
 pub use guard::trust::StoreTrust;
 pub use intents::{
-    decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
-    StoredOutcome,
+    decide_begin, BeginRequest, Begun, IntentCensus, IntentRecord, IntentState, IntentStore,
+    Resolution, StoredOutcome,
 };
 pub use postgres::{migrate as migrate_postgres, PostgresStore, PostgresTurns};
 pub use redis::RedisStore;

@@ -6,15 +6,21 @@ mod access_log;
 mod otlp;
 mod trace_context;
 
-use access_log::EntryParts;
-pub use access_log::{AccessEntry, AccessLog, AccessNote, Verdict};
+pub use access_log::{AccessEntry, AccessLog, AccessNote, ReceivedBody, Verdict};
+use access_log::{Client, EntryParts};
 pub use otlp::{ExportError, SpanExport};
 pub use trace_context::{TraceParent, TRACEPARENT};
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use http::header::{self, HeaderName};
 use http::Request;
+
+use crate::proxy::ClientAddr;
+
+/// The client's forwarding chain, shown in the access line on routes that trust it.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The per-request telemetry every serving thread's gateway shares.
 #[derive(Clone, Default)]
@@ -48,6 +54,23 @@ impl Telemetry {
             None => parent.map(|p| p.trace_id_hex()),
         };
         let note = AccessNote::default();
+        let text = |name| {
+            request
+                .headers()
+                .get(name)
+                .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+        };
+        let client = Client {
+            addr: request
+                .extensions()
+                .get::<ClientAddr>()
+                .map(|client| client.addr.ip()),
+            host: text(header::HOST).or_else(|| request.uri().authority().map(|a| a.to_string())),
+            version: request.version(),
+            user_agent: text(header::USER_AGENT),
+            referer: text(header::REFERER),
+            forwarded_for: text(X_FORWARDED_FOR),
+        };
         request.extensions_mut().insert(note.clone());
         Some(AccessEntry::new(EntryParts {
             log: self.access_log.clone(),
@@ -58,6 +81,7 @@ impl Telemetry {
             request_id: request_id.to_owned(),
             trace_id,
             started: Instant::now(),
+            client,
         }))
     }
 }

@@ -19,6 +19,8 @@ pub struct UpstreamTls {
     /// The name verified in the upstream's certificate (and sent as SNI), when it is not the
     /// URL's host.
     pub server_name: Option<ServerName<'static>>,
+    /// When the client certificate presented to the upstream expires (Unix seconds).
+    pub client_not_after: Option<i64>,
 }
 
 impl std::fmt::Debug for UpstreamTls {
@@ -80,12 +82,14 @@ impl UpstreamTls {
             .with_protocol_versions(super::PROTOCOL_VERSIONS)
             .map_err(UpstreamTlsError::Settings)?
             .with_root_certificates(roots);
+        let mut client_not_after = None;
         let mut config_out = match (&config.client_cert, &config.client_key) {
             (None, None) => builder.with_no_client_auth(),
             (Some(cert), Some(key)) => {
                 let chain = load_certs(cert).map_err(file("client_cert"))?;
                 let der = load_private_key(key).map_err(file("client_key"))?;
                 check_pair(cert, key)?;
+                client_not_after = super::not_after(&chain);
                 builder
                     .with_client_auth_cert(chain, der)
                     .map_err(UpstreamTlsError::ClientIdentity)?
@@ -96,6 +100,7 @@ impl UpstreamTls {
         Ok(UpstreamTls {
             config: Arc::new(config_out),
             server_name,
+            client_not_after,
         })
     }
 }

@@ -31,7 +31,13 @@ pub enum ListenerTlsError {
 pub struct ListenerTls {
     files: ListenerTlsConfig,
     alpn: Vec<Vec<u8>>,
-    current: RwLock<Arc<ServerConfig>>,
+    current: RwLock<Built>,
+}
+
+/// The settings in force and when their certificate expires (Unix seconds).
+struct Built {
+    server: Arc<ServerConfig>,
+    not_after: Option<i64>,
 }
 
 impl std::fmt::Debug for ListenerTls {
@@ -53,7 +59,7 @@ impl ListenerTls {
         Ok(ListenerTls {
             files: config.clone(),
             alpn,
-            current: RwLock::new(Arc::new(built)),
+            current: RwLock::new(built),
         })
     }
 
@@ -70,10 +76,18 @@ impl ListenerTls {
     /// An acceptor with the settings as of now.
     pub fn acceptor(&self) -> TlsAcceptor {
         let current = match self.current.read() {
-            Ok(guard) => Arc::clone(&guard),
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+            Ok(guard) => Arc::clone(&guard.server),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner().server),
         };
         TlsAcceptor::from(current)
+    }
+
+    /// When the certificate in force expires (Unix seconds).
+    pub fn not_after(&self) -> Option<i64> {
+        match self.current.read() {
+            Ok(guard) => guard.not_after,
+            Err(poisoned) => poisoned.into_inner().not_after,
+        }
     }
 
     /// How long a client may take to complete its handshake.
@@ -83,7 +97,7 @@ impl ListenerTls {
 
     /// Re-reads the certificate, key and client CA; on any error the settings in use stay.
     pub fn reload(&self) -> Result<(), ListenerTlsError> {
-        let built = Arc::new(build(&self.files, &self.alpn)?);
+        let built = build(&self.files, &self.alpn)?;
         match self.current.write() {
             Ok(mut guard) => *guard = built,
             Err(poisoned) => *poisoned.into_inner() = built,
@@ -97,7 +111,7 @@ impl ListenerTls {
     }
 }
 
-fn build(config: &ListenerTlsConfig, alpn: &[Vec<u8>]) -> Result<ServerConfig, ListenerTlsError> {
+fn build(config: &ListenerTlsConfig, alpn: &[Vec<u8>]) -> Result<Built, ListenerTlsError> {
     let certified =
         load_certified_key(&config.cert, &config.key).map_err(|source| ListenerTlsError::File {
             field: if source.path == config.cert {
@@ -124,8 +138,12 @@ fn build(config: &ListenerTlsConfig, alpn: &[Vec<u8>]) -> Result<ServerConfig, L
             builder.with_client_cert_verifier(verifier)
         }
     };
+    let not_after = super::not_after(&certified.cert);
     let mut server =
         builder.with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(certified)));
     server.alpn_protocols = alpn.to_vec();
-    Ok(server)
+    Ok(Built {
+        server: Arc::new(server),
+        not_after,
+    })
 }

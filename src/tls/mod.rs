@@ -3,12 +3,14 @@
 //! for the stores, and the reloadable server settings of the listeners.
 
 mod client;
+mod expiry;
 mod listener;
 mod pem;
 mod rejection;
 mod store;
 
 pub use client::{UpstreamTls, UpstreamTlsError};
+pub use expiry::not_after;
 pub use listener::{ListenerTls, ListenerTlsError};
 pub use pem::{load_certified_key, load_certs, load_private_key, load_roots, TlsFileError};
 pub use rejection::{certificate_rejection, CertificateRejection};

@@ -2,11 +2,9 @@
 //! health and readiness, bearer-token auth, reading and raising marks (never lowering them),
 //! routes and intents.
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
-
 use crate::support;
 use crate::support::gateway::fenced_route;
+use crate::support::promtool::promtool_check;
 use crate::support::{send, Behavior, RecordingUpstream, TestGateway};
 
 const TOKEN: &str = "test-admin-token-0123456789";
@@ -18,30 +16,6 @@ fn bearer() -> (&'static str, String) {
 async fn admin_get(gw: &TestGateway, path: &str) -> support::Reply {
     let (name, value) = bearer();
     send("GET", &gw.admin_url(path), &[(name, &value)], "").await
-}
-
-/// `promtool check metrics` on the exposition; panics with its complaint.
-fn promtool_check(text: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; .ci/run installs it) must be installed");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "promtool rejected the exposition:\n{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// A gateway with the fenced route `inv` to `upstream` and an admin listener with [`TOKEN`].
@@ -107,7 +81,7 @@ async fn metrics_parse_and_move_as_requests_are_refused() {
     promtool_check(&after);
     for reason in ["stale", "missing", "invalid"] {
         let series =
-            format!("fencegate_fence_rejections_total{{route=\"inv\",reason=\"{reason}\"}}");
+            format!("fencegate_fence_rejections_total{{reason=\"{reason}\",route=\"inv\"}}");
         assert_eq!(
             sample(&after, &series) - sample(&before, &series),
             1.0,

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::admin_api::AdminApi;
+use crate::support::admin_api::{metric, AdminApi};
 use crate::support::namespace_in_task::with_namespace_in_task;
 use crate::support::network_store::Backend;
 use crate::support::provider::{Fault, Provider};
@@ -120,6 +120,20 @@ async fn a_recorded_outcome_is_replayed_without_calling_the_upstream(store: Opti
     assert_eq!(s.pay("payouts", 1).await.status, 500);
     let key = "payouts/payout:1";
     assert_eq!(s.admin.submitting().await, [key]);
+    let exposition = s.admin.metrics().await;
+    assert_eq!(
+        metric(&exposition, "fencegate_intents{state=\"submitting\"}"),
+        Some(1.0),
+        "the unknown outcome is counted"
+    );
+    let age = metric(
+        &exposition,
+        "fencegate_intent_oldest_submitting_age_seconds",
+    );
+    assert!(
+        age.is_some_and(|age| (0.0..60.0).contains(&age)),
+        "the oldest SUBMITTING intent's age: {age:?}"
+    );
     let intent = s.intent(key).await;
     assert_eq!(
         (&intent["key"], &intent["route"], &intent["state"]),
@@ -157,6 +171,18 @@ async fn a_recorded_outcome_is_replayed_without_calling_the_upstream(store: Opti
     assert!(
         s.admin.submitting().await.is_empty(),
         "a resolved intent is not listed"
+    );
+    let exposition = s.admin.metrics().await;
+    assert_eq!(
+        metric(&exposition, "fencegate_intents{state=\"submitting\"}"),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(
+            &exposition,
+            "fencegate_intent_oldest_submitting_age_seconds"
+        ),
+        Some(0.0)
     );
 
     // Its outcome is known: neither another outcome nor a release is taken.

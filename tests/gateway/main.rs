@@ -22,6 +22,7 @@ mod fence_outcomes;
 mod forwarding;
 mod limits;
 mod malformed_http;
+mod metrics;
 mod ordering;
 mod provider_keys;
 mod reconciliation;

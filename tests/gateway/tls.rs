@@ -403,6 +403,86 @@ async fn reload_swaps_the_certificate_without_dropping_open_connections() {
     assert_eq!(still.expect("the previous certificate stays").status, 200);
 }
 
+/// `fencegate_certificate_expiry_timestamp_seconds` of `certificate` on `gw`'s admin listener.
+async fn certificate_expiry(gw: &TestGateway, certificate: &str) -> Option<f64> {
+    let reply = crate::support::client::send(
+        "GET",
+        &gw.admin_url("/metrics"),
+        &[("authorization", "Bearer admin-token-0123456789")],
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    crate::support::admin_api::metric(
+        &String::from_utf8_lossy(&reply.body),
+        &format!("fencegate_certificate_expiry_timestamp_seconds{{certificate=\"{certificate}\"}}"),
+    )
+}
+
+#[tokio::test]
+async fn certificate_expiry_is_exported_for_the_listener_and_upstream_clients_and_follows_reloads()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("test CA");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs() as i64;
+    let (listener_until, client_until, renewed_until) =
+        (now + 10 * 86_400, now + 20 * 86_400, now + 90 * 86_400);
+    let (cert, key) = ca
+        .leaf_until(&["gateway.internal"], client_until)
+        .write(dir.path(), "client");
+    let client_route = format!(
+        "[[routes]]\nname = \"charges\"\npath = \"/v1/{{*rest}}\"\nupstream = \"https://127.0.0.1:9\"\nresource_key = \"charge:{{rest}}\"\ncollection_writes = \"allow\"\n\n[routes.fence]\nmode = \"off\"\n\n[routes.upstream_tls]\nclient_cert = \"{}\"\nclient_key = \"{}\"\n",
+        cert.display(),
+        key.display()
+    );
+    let (cert, key) = ca
+        .leaf_until(LOCAL, listener_until)
+        .write(dir.path(), "listener");
+    let routes = format!(
+        "{}{client_route}",
+        crate::support::gateway::fenced_route("inv", "http://127.0.0.1:9", "enforce", "monotonic")
+    );
+    let gw = TestGateway::builder(&routes)
+        .server_tables(&format!(
+            "[server.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            cert.display(),
+            key.display()
+        ))
+        .admin("admin-token-0123456789")
+        .config_file()
+        .start()
+        .await;
+    assert_eq!(
+        certificate_expiry(&gw, "server").await,
+        Some(listener_until as f64)
+    );
+    assert_eq!(
+        certificate_expiry(&gw, "upstream:charges").await,
+        Some(client_until as f64)
+    );
+    assert_eq!(certificate_expiry(&gw, "upstream:inv").await, None);
+    assert_eq!(certificate_expiry(&gw, "admin").await, None, "plain HTTP");
+
+    // A renewed certificate, reloaded: the gauge follows.
+    ca.leaf_until(LOCAL, renewed_until)
+        .write(dir.path(), "listener");
+    let reload = crate::support::client::send(
+        "POST",
+        &gw.admin_url("/admin/reload"),
+        &[("authorization", "Bearer admin-token-0123456789")],
+        "",
+    )
+    .await;
+    assert_eq!(reload.status, 200, "{:?}", reload.body);
+    assert_eq!(
+        certificate_expiry(&gw, "server").await,
+        Some(renewed_until as f64)
+    );
+}
+
 #[tokio::test]
 async fn the_admin_listener_speaks_tls() {
     let dir = tempfile::tempdir().unwrap();

@@ -52,7 +52,7 @@ async fn max_advance_boundary_on_a_new_key() {
     assert_eq!(accepted.status, 200);
     assert_eq!(upstream.seen().len(), 1);
     assert_eq!(gw.store().current("doc:1").await.unwrap(), Some(10));
-    let counters = &gw.route("docs").counters;
+    let counters = &gw.route("docs").counters();
     assert_eq!(RouteCounters::read(&counters.too_far_ahead), 1);
     assert_eq!(RouteCounters::read(&counters.accepted), 1);
 }
@@ -131,7 +131,7 @@ async fn observe_mode_forwards_but_never_raises_the_mark() {
     assert_eq!(reply.status, 200);
     assert_eq!(upstream.seen().len(), 1);
     assert_eq!(gw.store().current("doc:5").await.unwrap(), None);
-    let counters = &gw.route("docs").counters;
+    let counters = &gw.route("docs").counters();
     assert_eq!(RouteCounters::read(&counters.too_far_ahead), 1);
     assert_eq!(RouteCounters::read(&counters.observed_refusals), 1);
 }
@@ -175,12 +175,12 @@ async fn refusals_are_counted_in_the_rejection_metric() {
     let text = String::from_utf8_lossy(&metrics.body);
     assert!(
         text.contains(
-            "fencegate_fence_rejections_total{route=\"docs\",reason=\"too_far_ahead\"} 1"
+            "fencegate_fence_rejections_total{reason=\"too_far_ahead\",route=\"docs\"} 1"
         ),
         "{text}"
     );
     assert!(
-        text.contains("fencegate_fence_rejections_total{route=\"docs\",reason=\"unsigned\"} 0"),
+        text.contains("fencegate_fence_rejections_total{reason=\"unsigned\",route=\"docs\"} 0"),
         "{text}"
     );
 }

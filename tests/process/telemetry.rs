@@ -55,7 +55,13 @@ async fn the_access_log_has_one_line_per_request_with_what_the_gateway_decided()
     let admitted = send(
         "PUT",
         &url,
-        &[("x-fence", "5"), ("traceparent", &traceparent)],
+        &[
+            ("x-fence", "5"),
+            ("traceparent", &traceparent),
+            ("user-agent", "fencegate-test/1"),
+            // Not trusted on this route: not shown.
+            ("x-forwarded-for", "10.1.1.1"),
+        ],
         "v5",
     )
     .await;
@@ -86,6 +92,20 @@ async fn the_access_log_has_one_line_per_request_with_what_the_gateway_decided()
     assert_eq!(a["complete"], true);
     assert_eq!(a["trace_id"], TRACE_ID);
     assert!(a["upstream_ms"].as_f64().is_some(), "{a}");
+    assert_eq!(a["client"], "127.0.0.1");
+    assert_eq!(
+        a["host"],
+        url.trim_start_matches("http://").split('/').next().unwrap()
+    );
+    assert_eq!(a["protocol"], "HTTP/1.1");
+    assert_eq!(a["user_agent"], "fencegate-test/1");
+    assert_eq!(a["bytes_received"], 2, "the body v5");
+    assert_eq!(
+        a["upstream"],
+        upstream.url().trim_start_matches("http://"),
+        "{a}"
+    );
+    assert!(a.get("forwarded_for").is_none(), "untrusted: {a}");
     assert_eq!(s["request_id"], id(&stale));
     assert_eq!(s["verdict"], "refused");
     assert_eq!(s["reason"], "stale-fence");
@@ -93,9 +113,99 @@ async fn the_access_log_has_one_line_per_request_with_what_the_gateway_decided()
     assert_eq!(s["token"], 3);
     assert_eq!(s["bytes"], stale.body.len() as u64);
     assert!(s.get("upstream_ms").is_none(), "never forwarded: {s}");
+    assert!(s.get("upstream").is_none(), "never forwarded: {s}");
     assert_eq!(r["verdict"], "unfenced");
     assert_eq!(r["status"], 200);
     assert!(r.get("key").is_none(), "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_combined_format_is_nginx_s_line_with_the_gateway_s_fields_after_it() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let routes = fenced_route("docs", &upstream.url(), "enforce", "monotonic").replacen(
+        "name = \"docs\"\n",
+        "name = \"docs\"\ntrust_forwarded = true\n",
+        1,
+    );
+    assert!(
+        routes.contains("trust_forwarded"),
+        "the route template changed"
+    );
+    let process = Launch::new()
+        .server("access_log_format = \"combined\"")
+        .logging("info", &[])
+        .start(dir.path(), &routes);
+    let url = process.url("/docs/7");
+    let admitted = send(
+        "PUT",
+        &url,
+        &[
+            ("x-fence", "5"),
+            ("user-agent", "curl/8 \"quoted\""),
+            ("referer", "https://example.test/from"),
+            ("x-forwarded-for", "10.1.1.1"),
+        ],
+        "v5",
+    )
+    .await;
+    assert_eq!(admitted.status, 200, "{admitted:?}");
+    let stale = send("PUT", &url, &[("x-fence", "3")], "").await;
+    assert_eq!(stale.status, 409, "{stale:?}");
+    let log = stop(process, dir.path()).await;
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("fencegate::access"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    let line = |n: usize| {
+        let at = lines[n]
+            .find("127.0.0.1 - - [")
+            .unwrap_or_else(|| panic!("no combined line: {}", lines[n]));
+        &lines[n][at..]
+    };
+    let (a, s) = (line(0), line(1));
+    // `[07/Dec/2026:16:00:00 +0000]`
+    let time = &a["127.0.0.1 - - [".len()..];
+    let time = &time[..time.find(']').expect("the time's end")];
+    assert_eq!(time.len(), 26, "{time}");
+    assert!(
+        time.ends_with(" +0000") && time.as_bytes()[2] == b'/',
+        "{time}"
+    );
+    let after_time = &a[a.find("] ").expect("after the time") + 2..];
+    // A quote inside a quoted field is written `\x22`, as nginx writes it; the log's escaping
+    // doubles every backslash, so the line reads `\\x22`.
+    let bytes = admitted.body.len();
+    assert!(
+        after_time.starts_with(&format!(
+            "\"PUT /docs/7 HTTP/1.1\" 200 {bytes} \"https://example.test/from\" \"curl/8 \\\\x22quoted\\\\x22\" "
+        )),
+        "{a}"
+    );
+    for field in [
+        "forwarded_for=\"10.1.1.1\"",
+        "route=docs",
+        "key=docs:7",
+        "token=5",
+        "verdict=admitted",
+        "reason=-",
+        "bytes_received=2",
+        "complete=true",
+        &format!("upstream={}", upstream.url().trim_start_matches("http://")),
+        &format!(
+            "request_id={}",
+            admitted.headers["x-request-id"].to_str().expect("ascii id")
+        ),
+    ] {
+        assert!(a.contains(&format!(" {field}")), "{field} in {a}");
+    }
+    assert!(
+        s.contains("\"PUT /docs/7 HTTP/1.1\" 409 ")
+            && s.contains(" verdict=refused reason=stale-fence "),
+        "{s}"
+    );
+    assert!(s.contains(" upstream=- upstream_ms=- "), "{s}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

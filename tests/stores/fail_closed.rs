@@ -94,10 +94,10 @@ async fn store_trouble_is_refused_and_recovers(store_toml: String, relay: Relay)
         assert_eq!(last, Some(base + 2), "traffic recovered without a restart");
     }
     assert_eq!(
-        RouteCounters::read(&gw.route("open").counters.failed_open),
+        RouteCounters::read(&gw.route("open").counters().failed_open),
         2
     );
-    assert!(RouteCounters::read(&gw.route("closed").counters.store_errors) >= 2);
+    assert!(RouteCounters::read(&gw.route("closed").counters().store_errors) >= 2);
     gw.stop().await;
 }
 

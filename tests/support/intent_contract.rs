@@ -37,11 +37,64 @@ fn outcome(status: u16, body: &[u8]) -> StoredOutcome {
 
 /// Runs the whole contract against `store` (which must hold no intents of these keys yet).
 pub async fn keeps_the_intent_contract(store: Arc<dyn IntentStore>) {
+    census_counts_what_is_submitting(store.as_ref()).await;
     begin_complete_and_replay(store.as_ref()).await;
     abandoned_attempts_can_be_resubmitted(store.as_ref()).await;
     reconciliation_lists_and_resolves(store.as_ref()).await;
     retention_prunes_in_bounded_batches(store.as_ref()).await;
     concurrent_duplicates_start_one_attempt(store).await;
+}
+
+/// The census behind `fencegate_intents{state="submitting"}`: it counts SUBMITTING intents,
+/// abandoned ones included, not completed or released ones, and finds the oldest's last update.
+async fn census_counts_what_is_submitting(store: &dyn IntentStore) {
+    let before = store.census().await.unwrap();
+    let t = 100_000;
+    let first = request("n:1", 1, "fp", t);
+    let second = request("n:2", 1, "fp", t + 200);
+    let third = request("n:3", 1, "fp", t + 400);
+    for attempt in [&first, &second, &third] {
+        assert_eq!(store.begin(attempt.clone()).await.unwrap(), Begun::Fresh);
+    }
+    store
+        .abandon("n:2", &second.attempt, t + 300)
+        .await
+        .unwrap();
+    let census = store.census().await.unwrap();
+    assert_eq!(census.submitting, before.submitting + 3);
+    if before.submitting == 0 {
+        assert_eq!(
+            census.oldest_submitting_ms,
+            Some(t),
+            "the oldest last update"
+        );
+    }
+    assert!(store
+        .complete("n:1", outcome(200, b"{}"), t + 500)
+        .await
+        .unwrap());
+    assert!(store
+        .resolve("n:3", Resolution::Release, t + 500)
+        .await
+        .unwrap());
+    let census = store.census().await.unwrap();
+    assert_eq!(
+        census.submitting,
+        before.submitting + 1,
+        "completed and released intents are not counted"
+    );
+    if before.submitting == 0 {
+        assert_eq!(
+            census.oldest_submitting_ms,
+            Some(t + 300),
+            "n:2, last abandoned"
+        );
+    }
+    assert!(store
+        .resolve("n:2", Resolution::Release, t + 600)
+        .await
+        .unwrap());
+    assert_eq!(store.census().await.unwrap(), before);
 }
 
 async fn begin_complete_and_replay(store: &dyn IntentStore) {

@@ -27,6 +27,7 @@ pub mod outcome;
 pub mod payments;
 pub mod postgres;
 pub mod process;
+pub mod promtool;
 pub mod provider;
 pub mod raw;
 pub mod redis;

@@ -63,6 +63,12 @@ impl TestCa {
         self.issue(names, now - DAY, now + 365 * DAY)
     }
 
+    /// A certificate for `names` valid from yesterday until `not_after` (Unix seconds).
+    pub fn leaf_until(&self, names: &[&str], not_after: i64) -> Leaf {
+        let until = time::OffsetDateTime::from_unix_timestamp(not_after).expect("a valid time");
+        self.issue(names, time_now() - DAY, until)
+    }
+
     /// A certificate for `names` that expired yesterday.
     pub fn expired_leaf(&self, names: &[&str]) -> Leaf {
         let now = time_now();

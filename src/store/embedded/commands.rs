@@ -5,7 +5,9 @@
 use tokio::sync::oneshot;
 
 use crate::config::Compare;
-use crate::store::intents::{BeginRequest, Begun, IntentRecord, Resolution, StoredOutcome};
+use crate::store::intents::{
+    BeginRequest, Begun, IntentCensus, IntentRecord, Resolution, StoredOutcome,
+};
 use crate::store::{Advance, StoreError, StoreIdentity};
 
 /// A `FenceStore` call (or an intent command), queued for the writer.
@@ -81,6 +83,9 @@ pub(super) enum IntentCommand {
         limit: usize,
         reply: Reply<Vec<IntentRecord>>,
     },
+    Census {
+        reply: Reply<IntentCensus>,
+    },
     Resolve {
         key: String,
         resolution: Resolution,
@@ -105,6 +110,7 @@ impl IntentCommand {
             IntentCommand::Abandon { reply, .. } => drop(reply.send(Err(error))),
             IntentCommand::Get { reply, .. } => drop(reply.send(Err(error))),
             IntentCommand::ListSubmitting { reply, .. } => drop(reply.send(Err(error))),
+            IntentCommand::Census { reply } => drop(reply.send(Err(error))),
             IntentCommand::Prune { reply, .. } => drop(reply.send(Err(error))),
         }
     }

@@ -150,7 +150,9 @@ fn command_key(command: &IntentCommand) -> Option<&str> {
         | IntentCommand::Abandon { key, .. }
         | IntentCommand::Get { key, .. }
         | IntentCommand::Resolve { key, .. } => Some(key),
-        IntentCommand::ListSubmitting { .. } | IntentCommand::Prune { .. } => None,
+        IntentCommand::ListSubmitting { .. }
+        | IntentCommand::Census { .. }
+        | IntentCommand::Prune { .. } => None,
     }
 }
 
@@ -251,9 +253,9 @@ impl RunState {
                 answer(reply, resolved)
             }
             // Not single-key commands; the caller runs them on their own.
-            other @ (IntentCommand::ListSubmitting { .. } | IntentCommand::Prune { .. }) => {
-                unanswered(other)
-            }
+            other @ (IntentCommand::ListSubmitting { .. }
+            | IntentCommand::Census { .. }
+            | IntentCommand::Prune { .. }) => unanswered(other),
         }
     }
 

@@ -12,8 +12,10 @@ use super::commands::{IntentCommand, Reply};
 use super::intent_batch::{apply_alone, apply_run, is_single_key, Answer, Settled};
 use super::schema::decode_fence;
 use super::{backend_error, BACKEND};
-use crate::store::intents::IntentRecord;
-use crate::store::plumbing::intent_rows::{encode_ms, CorruptIntent, IntentRow, COLUMNS};
+use crate::store::intents::{IntentCensus, IntentRecord};
+use crate::store::plumbing::intent_rows::{
+    census_of, encode_ms, CorruptIntent, IntentRow, CENSUS_SQL, COLUMNS,
+};
 use crate::store::StoreError;
 
 /// Why one command failed: a SQL error aborts the batch's transaction, a corrupt record only
@@ -127,6 +129,7 @@ async fn execute(
             limit,
             reply,
         } => settle(reply, prune(connection, now_ms, limit).await),
+        IntentCommand::Census { reply } => settle(reply, census(connection).await),
         // `apply` hands these to `apply_run` in runs; one alone is a run of one.
         single_key => {
             let only = |mut answers: Vec<Answer>| -> Answer {
@@ -178,6 +181,12 @@ async fn list_submitting(
     .fetch_all(connection)
     .await?;
     rows.into_iter().map(decode_row).collect()
+}
+
+async fn census(connection: &mut SqliteConnection) -> Result<IntentCensus, Failure> {
+    let (count, oldest): (i64, Option<i64>) =
+        sqlx::query_as(CENSUS_SQL).fetch_one(connection).await?;
+    Ok(census_of(count, oldest))
 }
 
 async fn prune(

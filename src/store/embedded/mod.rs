@@ -30,7 +30,7 @@ use tokio::sync::oneshot;
 use crate::config::Compare;
 use crate::store::guard::expected::ExpectedIdentity;
 use crate::store::intents::{
-    BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome,
+    BeginRequest, Begun, IntentCensus, IntentRecord, IntentStore, Resolution, StoredOutcome,
 };
 use crate::store::plumbing::combining::Combiner;
 use crate::store::{
@@ -231,6 +231,10 @@ impl IntentStore for EmbeddedStore {
             limit,
             reply,
         }))
+    }
+
+    fn census(&self) -> StoreFuture<'_, IntentCensus> {
+        Box::pin(self.intent(|reply| IntentCommand::Census { reply }))
     }
 
     fn resolve(&self, key: &str, resolution: Resolution, now_ms: u64) -> StoreFuture<'_, bool> {

@@ -14,12 +14,12 @@ use super::keys::Keys;
 use super::EtcdStore;
 use crate::config::Compare as CompareMode;
 use crate::etcd::wire::{
-    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp,
-    TxnRequest, TxnResponse,
+    prefix_end, Compare, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp,
+    ResponseOp, TxnRequest, TxnResponse,
 };
 use crate::store::intents::{
-    decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
-    StoredOutcome,
+    decide_begin, BeginRequest, Begun, IntentCensus, IntentRecord, IntentState, IntentStore,
+    Resolution, StoredOutcome,
 };
 use crate::store::{Advance, AdvanceAndBegin, AdvancedAndBegun, StoreError, StoreFuture};
 
@@ -386,6 +386,33 @@ impl IntentStore for EtcdStore {
             records.sort_by(|a, b| (a.updated_ms, &a.key).cmp(&(b.updated_ms, &b.key)));
             records.truncate(limit);
             Ok(records)
+        })
+    }
+
+    fn census(&self) -> StoreFuture<'_, IntentCensus> {
+        Box::pin(async move {
+            self.check_open()?;
+            // The index is ordered by last update: its first entry is the oldest, and the
+            // range's count (whatever the limit) is the number of SUBMITTING intents.
+            let prefix = self.keys.submitting_prefix();
+            let request = RangeRequest {
+                key: prefix.clone().into(),
+                range_end: prefix_end(prefix.as_bytes()).into(),
+                limit: 1,
+                count_only: false,
+            };
+            let answer: RangeResponse = self
+                .client
+                .call("/v3/kv/range", &request)
+                .await
+                .map_err(wrap)?;
+            let oldest = answer.kvs.first().and_then(|kv| kv.key.text());
+            Ok(IntentCensus {
+                submitting: u64::try_from(answer.count).unwrap_or(0),
+                oldest_submitting_ms: oldest
+                    .and_then(|entry| Keys::parse_index(&prefix, entry))
+                    .map(|(ms, _)| ms),
+            })
         })
     }
 

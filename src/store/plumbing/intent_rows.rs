@@ -2,7 +2,7 @@
 //! columns) and its decoding into an [`IntentRecord`], with the errors a hand-edited or newer row
 //! can cause.
 
-use crate::store::intents::{IntentRecord, IntentState, StoredOutcome};
+use crate::store::intents::{IntentCensus, IntentRecord, IntentState, StoredOutcome};
 
 /// The columns of `intents`, in the order of [`IntentRow`] (and of the backends' inserts).
 pub(crate) const COLUMNS: &str =
@@ -73,6 +73,18 @@ impl IntentRow {
 
 /// Times beyond `i64::MAX` ms (some 292 million years) are stored as `i64::MAX`, which keeps
 /// their order for the `<` and `<=` comparisons of listing and pruning.
+/// The census from a `count(*), min(updated_ms)` of SUBMITTING rows.
+pub(crate) fn census_of(count: i64, oldest_ms: Option<i64>) -> IntentCensus {
+    IntentCensus {
+        submitting: u64::try_from(count).unwrap_or(0),
+        oldest_submitting_ms: oldest_ms.map(|ms| u64::try_from(ms).unwrap_or(0)),
+    }
+}
+
+/// The SQL of that count, the same in SQLite and PostgreSQL.
+pub(crate) const CENSUS_SQL: &str =
+    "SELECT count(*), min(updated_ms) FROM intents WHERE state = 'SUBMITTING'";
+
 pub(crate) fn encode_ms(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
 }

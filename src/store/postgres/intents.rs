@@ -12,9 +12,10 @@ use super::codec::{decode_mark, encode_mark};
 use super::intent_writes::IntentWrite;
 use super::{backend_error, PostgresStore, BACKEND};
 use crate::store::intents::{
-    decide_begin, BeginRequest, Begun, IntentRecord, IntentStore, Resolution, StoredOutcome,
+    decide_begin, BeginRequest, Begun, IntentCensus, IntentRecord, IntentStore, Resolution,
+    StoredOutcome,
 };
-use crate::store::plumbing::intent_rows::{encode_ms, IntentRow, COLUMNS};
+use crate::store::plumbing::intent_rows::{census_of, encode_ms, IntentRow, CENSUS_SQL, COLUMNS};
 use crate::store::{StoreError, StoreFuture};
 
 /// How often `begin` retries after the row it expected vanished between its insert and its lock
@@ -102,6 +103,16 @@ impl IntentStore for PostgresStore {
             .await
             .map_err(backend_error)?;
             rows.into_iter().map(decode_row).collect()
+        })
+    }
+
+    fn census(&self) -> StoreFuture<'_, IntentCensus> {
+        Box::pin(async move {
+            let (count, oldest): (i64, Option<i64>) = sqlx::query_as(CENSUS_SQL)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(backend_error)?;
+            Ok(census_of(count, oldest))
         })
     }
 

@@ -17,8 +17,8 @@ use super::RedisStore;
 use crate::config::Compare;
 use crate::store::guard::expected::mismatch_reason;
 use crate::store::intents::{
-    decide_begin, BeginRequest, Begun, IntentRecord, IntentState, IntentStore, Resolution,
-    StoredOutcome,
+    decide_begin, BeginRequest, Begun, IntentCensus, IntentRecord, IntentState, IntentStore,
+    Resolution, StoredOutcome,
 };
 use crate::store::{Advance, AdvanceAndBegin, AdvancedAndBegun, StoreError, StoreFuture};
 
@@ -286,6 +286,33 @@ impl IntentStore for RedisStore {
                 }
             }
             Ok(records)
+        })
+    }
+
+    fn census(&self) -> StoreFuture<'_, IntentCensus> {
+        Box::pin(async move {
+            let mut count = redis::cmd("ZCARD");
+            count.arg(self.submitting_key());
+            let mut oldest = redis::cmd("ZRANGE");
+            oldest
+                .arg(self.submitting_key())
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES");
+            let mut answers = self.send(vec![count, oldest]).await?.into_iter();
+            let (Some(count), Some(oldest)) = (answers.next(), answers.next()) else {
+                return Err(wrap(unexpected(
+                    "the census got too few answers".to_owned(),
+                )));
+            };
+            let submitting: u64 = redis::from_redis_value(count).map_err(|e| wrap(e.into()))?;
+            // The index's score is the intent's last update, in milliseconds.
+            let oldest: Vec<(String, f64)> =
+                redis::from_redis_value(oldest).map_err(|e| wrap(e.into()))?;
+            Ok(IntentCensus {
+                submitting,
+                oldest_submitting_ms: oldest.first().map(|(_, score)| *score as u64),
+            })
         })
     }
 

@@ -30,8 +30,8 @@ use crate::gate::{Gate, GateLayer, Gates};
 use crate::idempotency::{Idempotency, IdempotencyLayer, IntentBackend};
 use crate::metrics::Metrics;
 use crate::proxy::{
-    streamed_body, strip_hop_by_hop_headers, strip_path_override_headers, Proxy, ProxyBody,
-    UpstreamSlots,
+    streamed_body, strip_hop_by_hop_headers, strip_path_override_headers, ClientAddr, Proxy,
+    ProxyBody, UpstreamSlots,
 };
 use crate::reload::RouteSource;
 use crate::request_id::{assign_request_id, stamp_request_id};
@@ -185,7 +185,13 @@ where
         let request_id = assign_request_id(&mut request);
         // The access line's record (and the request's span), filled by the layers through the
         // request's extensions and written when the response body ends.
-        let entry = self.telemetry.start(&mut request, request_id.as_str());
+        let peer = request
+            .extensions()
+            .get::<ClientAddr>()
+            .map(|client| client.addr.ip());
+        let entry = self
+            .telemetry
+            .start(&mut request, request_id.as_str(), peer);
         let finish = move |response: Response<ProxyBody>| match entry {
             Some(entry) => entry.finish(response),
             None => response,

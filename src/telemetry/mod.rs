@@ -11,13 +11,12 @@ use access_log::{Client, EntryParts};
 pub use otlp::{ExportError, SpanExport};
 pub use trace_context::{TraceParent, TRACEPARENT};
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use http::header::{self, HeaderName};
 use http::Request;
-
-use crate::proxy::ClientAddr;
 
 /// The client's forwarding chain, shown in the access line on routes that trust it.
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -35,7 +34,13 @@ impl Telemetry {
     /// Starts the record of one request, when there is anything to record: puts its
     /// [`AccessNote`] in the request's extensions and, when spans are exported, makes the
     /// request's span the parent named in the `traceparent` the upstream receives.
-    pub fn start<B>(&self, request: &mut Request<B>, request_id: &str) -> Option<AccessEntry> {
+    /// `client`: the connection's peer address.
+    pub fn start<B>(
+        &self,
+        request: &mut Request<B>,
+        request_id: &str,
+        client: Option<IpAddr>,
+    ) -> Option<AccessEntry> {
         if self.access_log.is_none() && self.spans.is_none() {
             return None;
         }
@@ -61,10 +66,7 @@ impl Telemetry {
                 .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
         };
         let client = Client {
-            addr: request
-                .extensions()
-                .get::<ClientAddr>()
-                .map(|client| client.addr.ip()),
+            addr: client,
             host: text(header::HOST).or_else(|| request.uri().authority().map(|a| a.to_string())),
             version: request.version(),
             user_agent: text(header::USER_AGENT),

@@ -230,3 +230,66 @@ async fn answers_are_counted_by_method_and_code_and_timed() {
     promtool_check(&exposition);
     gw.stop().await;
 }
+
+/// `deploy/prometheus/metric-names.txt`, against which the alerting rules and the dashboard are
+/// checked (`scripts/check-prometheus-rules.sh`), is exactly what the gateway can export: every
+/// family a running gateway exposes is listed, and every listed `fencegate_` name is one the
+/// registry in `src/metrics.rs` declares (some appear only with TLS, an authority or intents).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metric_names_the_alerts_are_checked_against_are_the_exported_ones() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let listed: Vec<String> =
+        std::fs::read_to_string(root.join("deploy/prometheus/metric-names.txt"))
+            .expect("deploy/prometheus/metric-names.txt")
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .map(str::to_owned)
+            .collect();
+    let source = std::fs::read_to_string(root.join("src/metrics.rs")).expect("src/metrics.rs");
+    let declared: Vec<&str> = source
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|text| {
+            text.starts_with("fencegate_")
+                && text.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                && *text != "fencegate_detached_total"
+        })
+        .collect();
+    for name in &declared {
+        assert!(listed.iter().any(|l| l == name), "{name} is not listed");
+    }
+    for name in listed.iter().filter(|name| name.starts_with("fencegate_")) {
+        assert!(
+            declared.contains(&name.as_str()),
+            "{name} is listed but src/metrics.rs declares no such metric"
+        );
+    }
+
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let gw = TestGateway::builder(&fenced_route(
+        "inv",
+        &upstream.url(),
+        "enforce",
+        "monotonic",
+    ))
+    .admin(TOKEN)
+    .start()
+    .await;
+    send("PUT", &gw.url("/inv/1"), &[("x-fence", "1")], "").await;
+    let exposition = AdminApi::of(&gw, TOKEN).metrics().await;
+    let families: Vec<&str> = exposition
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|declared| declared.split_whitespace().next())
+        .collect();
+    assert!(families.len() > 20, "{exposition}");
+    for family in families {
+        assert!(
+            listed.iter().any(|l| l == family),
+            "{family} is exported but not in deploy/prometheus/metric-names.txt"
+        );
+    }
+    gw.stop().await;
+}

@@ -1,10 +1,12 @@
-//! The Kubernetes manifests under `deploy/kubernetes/` and the containers' health checks: the
-//! manifests pass a strict schema check (`tests/tools/validate-kubernetes.sh`), the fencegate
-//! configuration in every ConfigMap passes `check-config`, every gateway container serves its
-//! ConfigMap with liveness on `/healthz` and readiness on `/readyz` of that configuration's admin
-//! port (the sidecar as a native sidecar), its volumes fit its store, and the Dockerfile's and
-//! the compose file's health checks run a command that passes against a running gateway and
-//! fails once it is gone.
+//! The Kubernetes manifests under `deploy/kubernetes/` and the containers' health checks. Every
+//! kustomize overlay is checked as `kubectl kustomize` renders it, i.e. as `kubectl apply -k`
+//! applies it: the renderings pass a strict schema check (`tests/tools/validate-kubernetes.sh`,
+//! which renders them), the fencegate configuration in every ConfigMap passes `check-config`,
+//! every gateway container (in a Deployment or a StatefulSet) serves its ConfigMap with liveness
+//! on `/healthz` and readiness on `/readyz` of that configuration's admin port (the sidecar as a
+//! native sidecar), its volumes fit its store and its replicas, and the Dockerfile's and the
+//! compose file's health checks run a command that passes against a running gateway and fails
+//! once it is gone.
 //!
 //! The tree has no YAML crate: PyYAML, which the validation script installs with
 //! kubernetes-validate, reads the YAML and hands it over as JSON.
@@ -20,9 +22,10 @@ use serde_json::Value;
 use crate::support::gateway::fenced_route;
 use crate::support::process::{binary, Launch};
 
-/// The manifests, from the repository root.
-const MANIFESTS: &str = "deploy/kubernetes";
-/// The strict schema check of the manifests; installs kubernetes-validate (and PyYAML) if missing.
+/// The kustomize overlays, one directory each, from the repository root.
+const MANIFESTS: &str = "deploy/kubernetes/overlays";
+/// Renders every overlay and checks the renderings against the schemas, strictly; installs
+/// kubernetes-validate (and PyYAML) if missing. `--out DIR` keeps the renderings.
 const VALIDATOR: &str = "tests/tools/validate-kubernetes.sh";
 /// fencegate's container name in every pod of the manifests.
 const CONTAINER: &str = "fencegate";
@@ -38,13 +41,27 @@ fn repo_path(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
+/// Where the schema check leaves each overlay's rendering, as `NAME.yaml`.
+fn rendered_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("deploy-kubernetes-rendered")
+}
+
 /// The schema check's run, once per test binary. The tests that read YAML wait for it too: it
-/// installs PyYAML where it is missing.
+/// renders the overlays they read, and installs PyYAML where it is missing.
 fn validation() -> &'static Output {
     static RUN: OnceLock<Output> = OnceLock::new();
     RUN.get_or_init(|| {
+        let out = rendered_dir();
+        // No rendering left from an earlier run may stand in for one that failed now.
+        match std::fs::remove_dir_all(&out) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("remove {}: {e}", out.display()),
+        }
         Command::new("bash")
             .arg(repo_path(VALIDATOR))
+            .arg("--out")
+            .arg(&out)
             .output()
             .expect("run tests/tools/validate-kubernetes.sh")
     })
@@ -73,7 +90,7 @@ print(json.dumps(documents))
     serde_json::from_slice(&output.stdout).expect("PyYAML's JSON")
 }
 
-/// One manifest file and its resources.
+/// One overlay's rendering and its resources.
 struct ManifestFile {
     name: String,
     resources: Vec<Value>,
@@ -91,37 +108,46 @@ impl ManifestFile {
     }
 }
 
-/// Every `*.yaml` / `*.yml` file under [`MANIFESTS`], in name order.
+/// Every overlay under [`MANIFESTS`] (a directory with a `kustomization.yaml`) as `kubectl
+/// kustomize` rendered it for the schema check, in name order.
 fn manifest_files() -> Vec<ManifestFile> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(repo_path(MANIFESTS))
-        .expect("read deploy/kubernetes")
+    let mut overlays: Vec<String> = std::fs::read_dir(repo_path(MANIFESTS))
+        .expect("read deploy/kubernetes/overlays")
         .map(|entry| entry.expect("a directory entry").path())
-        .filter(|path| {
-            matches!(
-                path.extension().and_then(|e| e.to_str()),
-                Some("yaml" | "yml")
-            )
+        .filter(|path| path.join("kustomization.yaml").is_file())
+        .map(|path| {
+            let name = path.file_name().expect("a directory name");
+            name.to_string_lossy().into_owned()
         })
         .collect();
-    paths.sort();
-    assert!(!paths.is_empty(), "no manifests under {MANIFESTS}");
-    paths
+    overlays.sort();
+    assert!(!overlays.is_empty(), "no overlays under {MANIFESTS}");
+    let output = validation();
+    overlays
         .into_iter()
-        .map(|path| ManifestFile {
-            name: format!(
-                "{MANIFESTS}/{}",
-                path.file_name().expect("a file name").to_string_lossy()
-            ),
-            resources: yaml_documents(&path),
+        .map(|overlay| {
+            let rendering = rendered_dir().join(format!("{overlay}.yaml"));
+            assert!(
+                rendering.is_file(),
+                "{MANIFESTS}/{overlay}: not rendered by {VALIDATOR}:\n{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            ManifestFile {
+                name: format!("{MANIFESTS}/{overlay}"),
+                resources: yaml_documents(&rendering),
+            }
         })
         .collect()
 }
 
-/// fencegate in one Deployment: its container, the pod around it, and the configuration it serves.
+/// fencegate in one Deployment or StatefulSet: its container, the pod around it, and the
+/// configuration it serves.
 struct Gateway<'a> {
-    /// `file: deployment/name`, for messages.
+    /// `overlay: kind/name`, for messages.
     at: String,
-    deployment: &'a Value,
+    /// The Deployment or StatefulSet.
+    workload: &'a Value,
     pod: &'a Value,
     container: &'a Value,
     /// An `initContainers` entry rather than one of `containers`.
@@ -131,16 +157,21 @@ struct Gateway<'a> {
     config: Config,
 }
 
-/// The gateway of every Deployment of `file` that has a container named [`CONTAINER`].
+/// The gateway of every Deployment and StatefulSet of `file` that has a container named
+/// [`CONTAINER`].
 fn gateways(file: &ManifestFile) -> Vec<Gateway<'_>> {
     let mut found = Vec::new();
-    for deployment in file.of_kind("Deployment") {
+    let workloads = file
+        .of_kind("Deployment")
+        .chain(file.of_kind("StatefulSet"));
+    for workload in workloads {
         let at = format!(
-            "{}: deployment/{}",
+            "{}: {}/{}",
             file.name,
-            deployment["metadata"]["name"].as_str().unwrap_or("?")
+            workload["kind"].as_str().unwrap_or("?").to_lowercase(),
+            workload["metadata"]["name"].as_str().unwrap_or("?")
         );
-        let pod = &deployment["spec"]["template"]["spec"];
+        let pod = &workload["spec"]["template"]["spec"];
         let named = |field: &str| {
             pod[field]
                 .as_array()
@@ -156,7 +187,7 @@ fn gateways(file: &ManifestFile) -> Vec<Gateway<'_>> {
         let config = read_config(&config_text, &at);
         found.push(Gateway {
             at,
-            deployment,
+            workload,
             pod,
             container,
             in_init_containers,
@@ -224,6 +255,45 @@ fn volume_named<'a>(pod: &'a Value, name: &Value) -> &'a Value {
         .unwrap_or_else(|| panic!("the pod has no volume {name}"))
 }
 
+/// A volume a gateway's container mounts.
+enum Volume<'a> {
+    /// One of the pod's `volumes`: the same for every replica of a Deployment or StatefulSet.
+    Pod(&'a Value),
+    /// A StatefulSet's `volumeClaimTemplates` entry: a PersistentVolumeClaim of each replica's
+    /// own, kept across the pod's restarts and replacements (it takes the place of a pod volume
+    /// of the same name).
+    ClaimTemplate,
+}
+
+impl Volume<'_> {
+    /// Kept when the pod is deleted (a rollout, an eviction, a drained node).
+    fn outlives_the_pod(&self) -> bool {
+        match self {
+            Volume::Pod(volume) => volume.get("persistentVolumeClaim").is_some(),
+            Volume::ClaimTemplate => true,
+        }
+    }
+
+    /// One volume for every replica: a claim named in the pod template.
+    fn shared_by_the_replicas(&self) -> bool {
+        match self {
+            Volume::Pod(volume) => volume.get("persistentVolumeClaim").is_some(),
+            Volume::ClaimTemplate => false,
+        }
+    }
+}
+
+/// The volume a gateway's container mounts as `name`.
+fn gateway_volume<'a>(gateway: &Gateway<'a>, name: &Value) -> Volume<'a> {
+    let mut templates = list(&gateway.workload["spec"]["volumeClaimTemplates"]);
+    if gateway.workload["kind"] == "StatefulSet"
+        && templates.any(|t| &t["metadata"]["name"] == name)
+    {
+        return Volume::ClaimTemplate;
+    }
+    Volume::Pod(volume_named(gateway.pod, name))
+}
+
 /// The container port `port` means: a number, or the name of one of the container's ports.
 fn container_port(container: &Value, port: &Value) -> Option<u64> {
     match port {
@@ -237,7 +307,7 @@ fn container_port(container: &Value, port: &Value) -> Option<u64> {
 
 /// The volume (and whether it is mounted read-only) holding `path` in the gateway's container:
 /// the mount at the longest directory above it.
-fn volume_holding<'a>(gateway: &Gateway<'a>, path: &Path) -> Option<(&'a Value, bool)> {
+fn volume_holding<'a>(gateway: &Gateway<'a>, path: &Path) -> Option<(Volume<'a>, bool)> {
     let mount = list(&gateway.container["volumeMounts"])
         .filter(|m| {
             m["mountPath"]
@@ -246,7 +316,7 @@ fn volume_holding<'a>(gateway: &Gateway<'a>, path: &Path) -> Option<(&'a Value, 
         })
         .max_by_key(|m| m["mountPath"].as_str().map_or(0, str::len))?;
     let read_only = mount["readOnly"] == true;
-    Some((volume_named(gateway.pod, &mount["name"]), read_only))
+    Some((gateway_volume(gateway, &mount["name"]), read_only))
 }
 
 /// The environment variables a configuration reads: every `*_env` value and every `${NAME}`.
@@ -360,12 +430,12 @@ fn sidecar_is_a_native_sidecar_in_front_of_the_application() {
     let files = manifest_files();
     let file = files
         .iter()
-        .find(|f| f.name.ends_with("/sidecar.yaml"))
-        .expect("deploy/kubernetes/sidecar.yaml");
+        .find(|f| f.name.ends_with("/sidecar"))
+        .expect("deploy/kubernetes/overlays/sidecar");
     let gateways = gateways(file);
     let [gateway] = gateways.as_slice() else {
         panic!(
-            "{}: expected one Deployment with a {CONTAINER} container, found {}",
+            "{}: expected one workload with a {CONTAINER} container, found {}",
             file.name,
             gateways.len()
         );
@@ -490,7 +560,7 @@ fn every_gateway_serves_its_configmap_with_probes_on_its_admin_port() {
             }
 
             // Every Service that selects the pods sends clients to the data plane.
-            let labels = &gateway.deployment["spec"]["template"]["metadata"]["labels"];
+            let labels = &gateway.workload["spec"]["template"]["metadata"]["labels"];
             let listen = gateway.config.server.listen;
             for service in file.of_kind("Service") {
                 let selector = service["spec"]["selector"].as_object();
@@ -511,8 +581,9 @@ fn every_gateway_serves_its_configmap_with_probes_on_its_admin_port() {
         }
     }
     assert!(
-        seen >= 2,
-        "expected the sidecar and the shared gateway under {MANIFESTS}, found {seen} gateways"
+        seen >= 3,
+        "expected the sidecar, the embedded and the shared gateway under {MANIFESTS}, found {seen} \
+         gateways"
     );
 }
 
@@ -520,10 +591,13 @@ fn every_gateway_serves_its_configmap_with_probes_on_its_admin_port() {
 fn store_and_state_dir_volumes_fit_the_backend_and_the_replicas() {
     let files = manifest_files();
     let mut shared = 0;
+    let mut stateful = 0;
     for file in &files {
         for gateway in gateways(file) {
             let at = &gateway.at;
-            let spec = &gateway.deployment["spec"];
+            let spec = &gateway.workload["spec"];
+            let is_stateful_set = gateway.workload["kind"] == "StatefulSet";
+            stateful += usize::from(is_stateful_set);
             let replicas = spec["replicas"].as_u64().unwrap_or(1);
             let volume = |path: &Path| {
                 volume_holding(&gateway, path)
@@ -535,14 +609,16 @@ fn store_and_state_dir_volumes_fit_the_backend_and_the_replicas() {
                 StoreConfig::Embedded(embedded) => {
                     // One file, one pod: the marks of several pods would not be shared.
                     assert_eq!(replicas, 1, "{at}: the embedded store serves one replica");
-                    assert_eq!(
-                        spec["strategy"]["type"], "Recreate",
+                    // A StatefulSet deletes a replica's pod before it creates the next one; a
+                    // Deployment does only with strategy Recreate.
+                    assert!(
+                        is_stateful_set || spec["strategy"]["type"] == "Recreate",
                         "{at}: the old pod must let go of the store before the new one opens it"
                     );
                     // The marks and the adoption record must outlive the pod.
                     for path in [&embedded.path, state_dir] {
                         assert!(
-                            volume(path).get("persistentVolumeClaim").is_some(),
+                            volume(path).outlives_the_pod(),
                             "{at}: {} must be on a PersistentVolumeClaim: an emptyDir goes with \
                              the pod, and with it every mark",
                             path.display()
@@ -553,17 +629,39 @@ fn store_and_state_dir_volumes_fit_the_backend_and_the_replicas() {
                     shared += usize::from(replicas >= 2);
                     // One state_dir per replica: a claim in the pod template is one volume for all.
                     assert!(
-                        replicas < 2 || volume(state_dir).get("persistentVolumeClaim").is_none(),
+                        replicas < 2 || !volume(state_dir).shared_by_the_replicas(),
                         "{at}: {replicas} replicas would share the claim at state_dir {}",
                         state_dir.display()
                     );
                 }
+            }
+            if is_stateful_set {
+                // What a StatefulSet is for: each replica keeps its own state_dir (the adoption
+                // record) across rollouts and evictions, on a claim of its own.
+                assert!(
+                    matches!(volume(state_dir), Volume::ClaimTemplate),
+                    "{at}: state_dir {} must be on one of the volumeClaimTemplates",
+                    state_dir.display()
+                );
+                // Its governing Service is headless and in the same overlay.
+                let name = spec["serviceName"].as_str().unwrap_or_default();
+                let service = file
+                    .named("Service", name)
+                    .unwrap_or_else(|| panic!("{at}: serviceName {name:?} is not in the overlay"));
+                assert_eq!(
+                    service["spec"]["clusterIP"], "None",
+                    "{at}: service/{name}, its serviceName, must be headless"
+                );
             }
         }
     }
     assert!(
         shared >= 1,
         "no gateway under {MANIFESTS} runs several replicas on a shared store"
+    );
+    assert!(
+        stateful >= 1,
+        "no gateway under {MANIFESTS} is a StatefulSet (state_dir on a volume of each replica's own)"
     );
 }
 

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-use crate::admin::Stopping;
 use crate::authority::Authorities;
 use crate::budget::MemoryBudget;
 use crate::compiled::{Compiled, ListenerSettings};
@@ -21,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::proxy::UpstreamSlots;
 use crate::reload::{start_authorities, Reloader, RouteSource};
 use crate::route::{CompiledRoute, RouteTable};
+use crate::server::Stopping;
 use crate::store::intents::NoIntentStore;
 use crate::store::{
     self, adoption, AdvanceAndBegin, CheckedStore, FenceStore, IntentStore, MarkCache, Replica,
@@ -325,6 +325,17 @@ impl App {
             let tls = self.listeners.admin.is_some();
             tracing::info!(%addr, tls, "admin listening");
         }
+        self.serve_admin_api(listener, &admin, token).map(Some)
+    }
+
+    /// The admin API on `listener`, as a task.
+    #[cfg(feature = "admin")]
+    fn serve_admin_api(
+        &self,
+        listener: TcpListener,
+        admin: &crate::config::AdminConfig,
+        token: String,
+    ) -> Result<tokio::task::JoinHandle<()>, StartError> {
         let state = crate::admin::AdminState {
             routes: Arc::clone(&self.routes),
             reloader: self.reloader(),
@@ -339,14 +350,28 @@ impl App {
             stopping: self.stopping.clone(),
         };
         let router = crate::admin::router(state);
-        Ok(Some(tokio::spawn(crate::server::serve_admin(
+        Ok(tokio::spawn(crate::server::serve_admin(
             listener,
             router,
             admin.max_connections,
             self.listeners.admin.clone(),
             crate::server::ConnectionTimeouts::from_config(&self.config.server),
             Arc::clone(&self.metrics),
-        ))))
+        )))
+    }
+
+    /// This build has no admin API (`check-config` refuses `[admin]` first).
+    #[cfg(not(feature = "admin"))]
+    fn serve_admin_api(
+        &self,
+        _listener: TcpListener,
+        _admin: &crate::config::AdminConfig,
+        _token: String,
+    ) -> Result<tokio::task::JoinHandle<()>, StartError> {
+        Err(StartError::Admin(crate::config::not_built_message(
+            "admin listener",
+            "admin",
+        )))
     }
 
     /// Binds the configured listen address.

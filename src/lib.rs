@@ -53,8 +53,14 @@
 //! table in force, swapped on SIGHUP or `POST /admin/reload`), [`admin`] (metrics, health, marks,
 //! routes, intents), [`app`] (one way to start: `App::build` → `serve`) and [`logging`] (text or
 //! JSON lines, with every value from a request escaped).
+//!
+//! Cargo features (all on by default): `embed` ([`embed`]), `postgres`, `redis` and `etcd` (those
+//! stores, and the lock authorities on etcd and PostgreSQL), `otel` (span export), `admin`
+//! ([`admin`] and its listener), `cli` (the binary). [`config`] refuses a configuration that
+//! names a part this build left out (`config/features.rs`).
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "admin")]
 pub mod admin;
 pub mod admin_client;
 pub mod app;
@@ -65,8 +71,10 @@ pub mod checks;
 pub mod compiled;
 pub mod config;
 pub mod descriptors;
+#[cfg(feature = "embed")]
 pub mod embed;
 pub mod error;
+#[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod extensions;
 pub mod fence;

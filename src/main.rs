@@ -269,26 +269,43 @@ fn migrate(path: &Path) -> ExitCode {
                 config.store.backend()
             ));
         };
-        let applied = fencegate::store::migrate_postgres(postgres)
-            .await
-            .map_err(|e| e.to_string())?;
-        if applied.is_empty() {
-            return Ok(format!(
-                "schema {} was already up to date: no migration to apply\n",
-                postgres.schema
-            ));
-        }
-        let mut text = format!(
-            "schema {}: applied {} migration(s)\n",
-            postgres.schema,
-            applied.len()
-        );
-        for migration in applied {
-            text.push_str(&format!("  {migration}\n"));
-        }
-        text.push_str("the schema is now up to date\n");
-        Ok(text)
+        migrate_schema(postgres).await
     })
+}
+
+/// Applies the PostgreSQL schema's pending migrations; what was applied, as text.
+#[cfg(feature = "postgres")]
+async fn migrate_schema(
+    postgres: &fencegate::config::PostgresStoreConfig,
+) -> Result<String, String> {
+    let applied = fencegate::store::migrate_postgres(postgres)
+        .await
+        .map_err(|e| e.to_string())?;
+    if applied.is_empty() {
+        return Ok(format!(
+            "schema {} was already up to date: no migration to apply\n",
+            postgres.schema
+        ));
+    }
+    let mut text = format!(
+        "schema {}: applied {} migration(s)\n",
+        postgres.schema,
+        applied.len()
+    );
+    for migration in applied {
+        text.push_str(&format!("  {migration}\n"));
+    }
+    text.push_str("the schema is now up to date\n");
+    Ok(text)
+}
+
+/// This build has no PostgreSQL store (`check-config` refuses such a configuration first).
+#[cfg(not(feature = "postgres"))]
+async fn migrate_schema(_: &fencegate::config::PostgresStoreConfig) -> Result<String, String> {
+    Err(fencegate::config::not_built_message(
+        "PostgreSQL store",
+        "postgres",
+    ))
 }
 
 /// The shape of every one-shot command: load the configuration, run `task` on a single-threaded
@@ -485,7 +502,7 @@ async fn reload_on_sighup(
 /// balancers stop sending here first), or until a second such signal.
 async fn stop_after_delay(
     mut signals: Signals,
-    stopping: fencegate::admin::Stopping,
+    stopping: fencegate::server::Stopping,
     drain_delay: std::time::Duration,
 ) {
     let signal = signals.stop_requested().await;

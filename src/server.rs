@@ -6,6 +6,7 @@
 //! and drains in-flight requests.
 
 mod activity;
+#[cfg(feature = "admin")]
 mod admin_listener;
 mod client_io;
 mod clock;
@@ -20,12 +21,15 @@ mod request_body;
 pub mod request_head;
 pub mod response_body;
 pub mod response_head;
+mod stopping;
 mod tracked;
 mod watched_stream;
 mod workers;
 
+#[cfg(feature = "admin")]
 pub use admin_listener::serve_admin;
 pub use clock::{ConnectionTimeouts, Expiry};
+pub use stopping::Stopping;
 
 pub use crate::extensions::AmbiguousFraming;
 

@@ -7,11 +7,9 @@ mod error;
 mod fences;
 mod intents;
 mod routes;
-mod stopping;
 mod whole_number;
 
 pub use error::AdminError;
-pub use stopping::Stopping;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +28,7 @@ use crate::compiled::ListenerSettings;
 use crate::metrics::{IntentGauges, Metrics};
 use crate::reload::{Reloader, RouteSource};
 use crate::route::RouteTable;
+use crate::server::Stopping;
 use crate::store::{CheckedStore, IntentStore, StoreError, StoreTrust};
 use crate::tls::ListenerTls;
 

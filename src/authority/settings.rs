@@ -166,6 +166,7 @@ fn etcd_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
         cache_capacity: DEFAULT_CACHE_CAPACITY,
         tls: config.tls.clone(),
     };
+    #[cfg(feature = "etcd")]
     crate::etcd::client::check_tls(&client).map_err(|e| {
         let field = match e.field {
             "tls.ca_file" => "fence.authority.tls.ca_file",

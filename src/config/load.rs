@@ -90,6 +90,12 @@ fn with_embedded_backend(text: &str, origin: &Path) -> Result<Config, ConfigErro
 }
 
 fn validate(config: &Config, origin: &Path) -> Result<(), ConfigError> {
+    super::check_built(config).map_err(|missing| ConfigError::Invalid {
+        file: origin.to_owned(),
+        route: missing.route,
+        field: missing.field.to_owned(),
+        message: missing.message,
+    })?;
     for route in &config.routes {
         if route.fence.max_advance == Some(0) {
             return Err(ConfigError::Invalid {

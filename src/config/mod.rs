@@ -9,6 +9,7 @@ mod authority;
 mod byte_size;
 mod duration;
 mod error;
+mod features;
 mod fence;
 mod load;
 mod route;
@@ -25,6 +26,7 @@ pub use authority::{
     DEFAULT_LEASE_POLL_INTERVAL, DEFAULT_LEASE_TABLE,
 };
 pub use error::ConfigError;
+pub use features::{check_built, not_built_message, NotBuilt};
 pub use fence::{
     Compare, FenceConfig, FenceMode, OnStoreError, Ordering, DEFAULT_FENCE_HEADER,
     DEFAULT_GATE_TIMEOUT, DEFAULT_RESPONSE_READ_AHEAD, DEFAULT_SIGNATURE_HEADER,

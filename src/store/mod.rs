@@ -10,15 +10,19 @@
 //! - `intents.rs`, `turns.rs`: the intent-record and key-turn traits the backends implement.
 
 mod embedded;
+#[cfg(feature = "etcd")]
 mod etcd;
 mod guard;
 pub mod intents;
 mod plumbing;
+#[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "redis")]
 mod redis;
 mod turns;
 
 pub use embedded::EmbeddedStore;
+#[cfg(feature = "etcd")]
 pub use etcd::{EtcdStore, EtcdTurns};
 pub use guard::adoption;
 pub use guard::cache::MarkCache;
@@ -31,7 +35,9 @@ pub use intents::{
     decide_begin, BeginRequest, Begun, IntentCensus, IntentRecord, IntentState, IntentStore,
     Resolution, StoredOutcome,
 };
+#[cfg(feature = "postgres")]
 pub use postgres::{migrate as migrate_postgres, PostgresStore, PostgresTurns};
+#[cfg(feature = "redis")]
 pub use redis::RedisStore;
 pub use turns::{Renewal, TakeTurn, TurnFreed, TurnStore, WAITER_RETRY};
 
@@ -256,36 +262,62 @@ impl Backend {
 pub fn check_settings(config: &StoreConfig) -> Result<(), crate::tls::StoreTlsError> {
     match config {
         StoreConfig::Embedded(_) => Ok(()),
+        #[cfg(feature = "postgres")]
         StoreConfig::Postgres(postgres) => postgres::check_tls(postgres),
+        #[cfg(feature = "redis")]
         StoreConfig::Redis(redis) => redis::check_tls(redis),
+        #[cfg(feature = "etcd")]
         StoreConfig::Etcd(etcd) => etcd::check_tls(etcd),
+        #[cfg(not(all(feature = "postgres", feature = "redis", feature = "etcd")))]
+        other => Err(crate::tls::StoreTlsError::new("backend", not_built(other))),
     }
 }
 
 /// Opens the backend the configuration names; its key turns, if it keeps them, are taken under
 /// the name `holder` (see [`Replica`]).
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "redis", feature = "etcd")),
+    allow(unused_variables)
+)]
 pub async fn open(config: &StoreConfig, holder: &str) -> Result<Backend, StoreError> {
     Ok(match config {
         StoreConfig::Embedded(embedded) => {
             let store = EmbeddedStore::open(&embedded.path, embedded.max_batch).await?;
             Backend::with_combined(store, None)
         }
+        #[cfg(feature = "postgres")]
         StoreConfig::Postgres(postgres) => {
             let store = PostgresStore::open(postgres).await?;
             let turns = store.turns(holder);
             Backend::with_combined(store, Some(Arc::new(turns)))
         }
+        #[cfg(feature = "redis")]
         StoreConfig::Redis(redis) => {
             let store = RedisStore::open(redis).await?;
             let turns = store.turns(holder);
             Backend::with_combined(store, Some(Arc::new(turns)))
         }
+        #[cfg(feature = "etcd")]
         StoreConfig::Etcd(etcd) => {
             let store = EtcdStore::open(etcd).await?;
             let turns = store.turns(holder);
             Backend::with_combined(store, Some(Arc::new(turns)))
         }
+        #[cfg(not(all(feature = "postgres", feature = "redis", feature = "etcd")))]
+        other => {
+            return Err(StoreError::Setup {
+                backend: other.backend(),
+                detail: not_built(other),
+            })
+        }
     })
+}
+
+/// Why `config`'s backend cannot be opened or checked: this build left it out. (`check-config`
+/// refuses such a configuration first: `config::check_built`.)
+#[cfg(not(all(feature = "postgres", feature = "redis", feature = "etcd")))]
+fn not_built(config: &StoreConfig) -> String {
+    crate::config::not_built_message(&format!("{} store", config.backend()), config.backend())
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use http::{Method, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt as _;
 
-use super::otlp::{RequestSpan, SpanFields};
+use super::{RequestSpan, SpanFields};
 use crate::body::{BoxError, ProxyBody};
 use crate::config::AccessLogFormat;
 

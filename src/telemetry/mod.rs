@@ -1,14 +1,25 @@
 //! What the gateway tells operators about each request beyond metrics: the access log
 //! (`access_log.rs`) and W3C trace context (`trace_context.rs`), with a span per request
-//! exported over OTLP when `[telemetry]` names a collector (`otlp.rs`).
+//! exported over OTLP when `[telemetry]` names a collector (`otlp.rs`; `no_export.rs` in a build
+//! without the `otel` feature).
 
 mod access_log;
+#[cfg(not(feature = "otel"))]
+mod no_export;
+#[cfg(feature = "otel")]
 mod otlp;
 mod trace_context;
 
 pub use access_log::{AccessEntry, AccessLog, AccessNote, ReceivedBody, Verdict};
 use access_log::{Client, EntryParts};
-pub use otlp::{ExportError, SpanExport};
+#[cfg(not(feature = "otel"))]
+use no_export::RequestSpan;
+#[cfg(not(feature = "otel"))]
+pub use no_export::SpanExport;
+#[cfg(feature = "otel")]
+use otlp::RequestSpan;
+#[cfg(feature = "otel")]
+pub use otlp::SpanExport;
 pub use trace_context::{TraceParent, TRACEPARENT};
 
 use std::net::IpAddr;
@@ -86,4 +97,26 @@ impl Telemetry {
             client,
         }))
     }
+}
+
+/// Why span export could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("telemetry.otlp_endpoint {endpoint}: {reason}")]
+pub struct ExportError {
+    endpoint: String,
+    reason: String,
+}
+
+/// What a request came to, as its span records it.
+#[cfg_attr(not(feature = "otel"), allow(dead_code))]
+struct SpanFields<'a> {
+    path: &'a str,
+    route: Option<&'a str>,
+    key: Option<&'a str>,
+    token: Option<u64>,
+    verdict: &'static str,
+    reason: Option<&'static str>,
+    /// None: the request ended before a response head.
+    status: Option<u16>,
+    bytes: u64,
 }

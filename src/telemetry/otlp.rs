@@ -14,16 +14,8 @@ use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
-use super::TraceParent;
+use super::{ExportError, SpanFields, TraceParent};
 use crate::config::TelemetryConfig;
-
-/// Why span export could not start.
-#[derive(Debug, thiserror::Error)]
-#[error("telemetry.otlp_endpoint {endpoint}: {reason}")]
-pub struct ExportError {
-    endpoint: String,
-    reason: String,
-}
 
 /// The exporter of this gateway's request spans.
 pub struct SpanExport {
@@ -191,19 +183,6 @@ impl RequestSpan {
         }
         self.span.end();
     }
-}
-
-/// What a request came to, as its span records it.
-pub(super) struct SpanFields<'a> {
-    pub path: &'a str,
-    pub route: Option<&'a str>,
-    pub key: Option<&'a str>,
-    pub token: Option<u64>,
-    pub verdict: &'static str,
-    pub reason: Option<&'static str>,
-    /// None: the request ended before a response head.
-    pub status: Option<u16>,
-    pub bytes: u64,
 }
 
 /// opentelemetry-http's hyper client, run on the gateway's runtime: the SDK calls the exporter

@@ -17,14 +17,15 @@ use crate::authority::AuthorityMetrics;
 use crate::route::{CompiledRoute, RouteTable};
 use crate::stats::{RouteCounters, RouteMetrics};
 
-/// Latency buckets from 100 µs to 10 s: store round trips sit at the low end, upstream calls and
-/// gate waits anywhere.
+/// Store operations' buckets, from 100 µs to 10 s: round trips sit at the low end, and a call
+/// is cut off by its route's `store_timeout` (2 s by default).
 const LATENCY_BUCKETS: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0,
 ];
 
-/// A whole request's buckets, from 500 µs to 60 s: past the default 30 s route timeout, so a
-/// request that ran into its timeout lands in a bucket of its own, not in `+Inf`.
+/// Requests', upstream calls' and gate waits' buckets, from 500 µs to 60 s: past the default 30 s
+/// route timeout and 10 s gate timeout, so a request that ran into one lands in a bucket of its
+/// own, not in `+Inf`.
 const REQUEST_BUCKETS: [f64; 16] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0,
@@ -236,7 +237,7 @@ impl Metrics {
                 "fencegate_gate_wait_duration_seconds",
                 "Time a serialized write waited for its key's earlier writes.",
                 &["route"],
-                &LATENCY_BUCKETS,
+                &REQUEST_BUCKETS,
             ),
             inflight: add.gauges(
                 "fencegate_inflight_requests",
@@ -280,7 +281,7 @@ impl Metrics {
             ),
             intents: add.gauges(
                 "fencegate_intents",
-                "Intent records by state, counted in the store at each scrape (submitting: the outcome is not known).",
+                "Intent records by state, counted in the store at each scrape (submitting: the outcome is not known; completed: held for replay until pruned).",
                 &["state"],
             ),
             intent_oldest_submitting_age: add.add(
@@ -386,9 +387,13 @@ impl Metrics {
         self.intents.reset();
         match census {
             Some(census) => {
+                let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
                 self.intents
                     .with_label_values(&["submitting"])
-                    .set(i64::try_from(census.submitting).unwrap_or(i64::MAX));
+                    .set(count(census.submitting));
+                self.intents
+                    .with_label_values(&["completed"])
+                    .set(count(census.completed));
                 self.intent_oldest_submitting_age
                     .set(census.oldest_submitting_age.as_secs_f64());
             }
@@ -415,9 +420,11 @@ impl Metrics {
     }
 }
 
-/// What the intent gauges show: SUBMITTING intents and how long the oldest has waited.
+/// What the intent gauges show: SUBMITTING intents and how long the oldest has waited, and
+/// COMPLETED ones held for replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IntentGauges {
     pub submitting: u64,
     pub oldest_submitting_age: Duration,
+    pub completed: u64,
 }

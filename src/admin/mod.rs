@@ -165,6 +165,7 @@ async fn intent_gauges(intents: &dyn IntentStore) -> Option<IntentGauges> {
     Some(IntentGauges {
         submitting: census.submitting,
         oldest_submitting_age: Duration::from_millis(age_ms),
+        completed: census.completed,
     })
 }
 

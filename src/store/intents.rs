@@ -203,12 +203,13 @@ pub enum Resolution {
     Release,
 }
 
-/// What `/metrics` shows of the intents: SUBMITTING ones (outcome not known) and the oldest's
-/// last update (Unix milliseconds).
+/// What `/metrics` shows of the intents: SUBMITTING ones (outcome not known), the oldest's last
+/// update (Unix milliseconds), and COMPLETED ones held for replay (until pruned).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IntentCensus {
     pub submitting: u64,
     pub oldest_submitting_ms: Option<u64>,
+    pub completed: u64,
 }
 
 /// Intent records, in the same store as the fence marks. Every method is atomic per key.
@@ -227,7 +228,7 @@ pub trait IntentStore: Send + Sync + 'static {
         updated_before_ms: u64,
         limit: usize,
     ) -> StoreFuture<'_, Vec<IntentRecord>>;
-    /// How many intents are SUBMITTING, and when the oldest of them was last updated.
+    /// How many intents are SUBMITTING (and when the oldest was last updated) and COMPLETED.
     fn census(&self) -> StoreFuture<'_, IntentCensus>;
     /// Applies an operator's decision to a SUBMITTING intent. `false`: no such intent.
     fn resolve(&self, key: &str, resolution: Resolution, now_ms: u64) -> StoreFuture<'_, bool>;

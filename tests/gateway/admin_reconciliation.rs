@@ -184,6 +184,11 @@ async fn a_recorded_outcome_is_replayed_without_calling_the_upstream(store: Opti
         ),
         Some(0.0)
     );
+    assert_eq!(
+        metric(&exposition, "fencegate_intents{state=\"completed\"}"),
+        Some(1.0),
+        "the resolved outcome is held for replay"
+    );
 
     // Its outcome is known: neither another outcome nor a release is taken.
     for body in [RELEASE, r#"{"status": 500, "body": "other"}"#] {

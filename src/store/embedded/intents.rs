@@ -184,9 +184,8 @@ async fn list_submitting(
 }
 
 async fn census(connection: &mut SqliteConnection) -> Result<IntentCensus, Failure> {
-    let (count, oldest): (i64, Option<i64>) =
-        sqlx::query_as(CENSUS_SQL).fetch_one(connection).await?;
-    Ok(census_of(count, oldest))
+    let row: (i64, Option<i64>, i64) = sqlx::query_as(CENSUS_SQL).fetch_one(connection).await?;
+    Ok(census_of(row))
 }
 
 async fn prune(

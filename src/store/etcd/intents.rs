@@ -407,11 +407,24 @@ impl IntentStore for EtcdStore {
                 .await
                 .map_err(wrap)?;
             let oldest = answer.kvs.first().and_then(|kv| kv.key.text());
+            let submitting = u64::try_from(answer.count).unwrap_or(0);
+            // Every record has an entry in the expiry index until it is pruned.
+            let expiry = self.keys.expiry_prefix();
+            let all = RangeRequest {
+                key: expiry.clone().into(),
+                range_end: prefix_end(expiry.as_bytes()).into(),
+                limit: 0,
+                count_only: true,
+            };
+            let all: RangeResponse = self.client.call("/v3/kv/range", &all).await.map_err(wrap)?;
             Ok(IntentCensus {
-                submitting: u64::try_from(answer.count).unwrap_or(0),
+                submitting,
                 oldest_submitting_ms: oldest
                     .and_then(|entry| Keys::parse_index(&prefix, entry))
                     .map(|(ms, _)| ms),
+                completed: u64::try_from(all.count)
+                    .unwrap_or(0)
+                    .saturating_sub(submitting),
             })
         })
     }

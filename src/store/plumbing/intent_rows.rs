@@ -73,17 +73,22 @@ impl IntentRow {
 
 /// Times beyond `i64::MAX` ms (some 292 million years) are stored as `i64::MAX`, which keeps
 /// their order for the `<` and `<=` comparisons of listing and pruning.
-/// The census from a `count(*), min(updated_ms)` of SUBMITTING rows.
-pub(crate) fn census_of(count: i64, oldest_ms: Option<i64>) -> IntentCensus {
+/// The census from [`CENSUS_SQL`]'s row.
+pub(crate) fn census_of(
+    (submitting, oldest_ms, completed): (i64, Option<i64>, i64),
+) -> IntentCensus {
     IntentCensus {
-        submitting: u64::try_from(count).unwrap_or(0),
+        submitting: u64::try_from(submitting).unwrap_or(0),
         oldest_submitting_ms: oldest_ms.map(|ms| u64::try_from(ms).unwrap_or(0)),
+        completed: u64::try_from(completed).unwrap_or(0),
     }
 }
 
-/// The SQL of that count, the same in SQLite and PostgreSQL.
-pub(crate) const CENSUS_SQL: &str =
-    "SELECT count(*), min(updated_ms) FROM intents WHERE state = 'SUBMITTING'";
+/// The census in one pass over the intents, the same SQL in SQLite and PostgreSQL: SUBMITTING
+/// rows, the oldest one's last update, COMPLETED rows.
+pub(crate) const CENSUS_SQL: &str = "SELECT count(CASE WHEN state = 'SUBMITTING' THEN 1 END), \
+     min(CASE WHEN state = 'SUBMITTING' THEN updated_ms END), \
+     count(CASE WHEN state = 'COMPLETED' THEN 1 END) FROM intents";
 
 pub(crate) fn encode_ms(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)

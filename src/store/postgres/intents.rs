@@ -108,11 +108,11 @@ impl IntentStore for PostgresStore {
 
     fn census(&self) -> StoreFuture<'_, IntentCensus> {
         Box::pin(async move {
-            let (count, oldest): (i64, Option<i64>) = sqlx::query_as(CENSUS_SQL)
+            let row: (i64, Option<i64>, i64) = sqlx::query_as(CENSUS_SQL)
                 .fetch_one(&self.pool)
                 .await
                 .map_err(backend_error)?;
-            Ok(census_of(count, oldest))
+            Ok(census_of(row))
         })
     }
 

@@ -299,19 +299,26 @@ impl IntentStore for RedisStore {
                 .arg(0)
                 .arg(0)
                 .arg("WITHSCORES");
-            let mut answers = self.send(vec![count, oldest]).await?.into_iter();
-            let (Some(count), Some(oldest)) = (answers.next(), answers.next()) else {
+            // Every record is in the expiry index until it is pruned.
+            let mut all = redis::cmd("ZCARD");
+            all.arg(self.expiry_key());
+            let mut answers = self.send(vec![count, oldest, all]).await?.into_iter();
+            let (Some(count), Some(oldest), Some(all)) =
+                (answers.next(), answers.next(), answers.next())
+            else {
                 return Err(wrap(unexpected(
                     "the census got too few answers".to_owned(),
                 )));
             };
-            let submitting: u64 = redis::from_redis_value(count).map_err(|e| wrap(e.into()))?;
+            let read = |value| redis::from_redis_value::<u64>(value).map_err(|e| wrap(e.into()));
+            let (submitting, all) = (read(count)?, read(all)?);
             // The index's score is the intent's last update, in milliseconds.
             let oldest: Vec<(String, f64)> =
                 redis::from_redis_value(oldest).map_err(|e| wrap(e.into()))?;
             Ok(IntentCensus {
                 submitting,
                 oldest_submitting_ms: oldest.first().map(|(_, score)| *score as u64),
+                completed: all.saturating_sub(submitting),
             })
         })
     }

@@ -18,7 +18,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::wire::{AuthenticateRequest, AuthenticateResponse, ErrorBody, Header};
+use super::wire::{AuthenticateRequest, AuthenticateResponse, ErrorBody, HasHeader, Header};
 use crate::config::{EtcdStoreConfig, UpstreamTlsConfig};
 use crate::tls::{StoreTlsError, UpstreamTls};
 
@@ -475,11 +475,6 @@ impl AnswerStream {
             }
         }
     }
-}
-
-/// Answers carrying the header whose cluster id is checked.
-pub(crate) trait HasHeader {
-    fn header(&self) -> &Header;
 }
 
 /// The POST of `body` to `path` on `endpoint`, with the authentication token if there is one.

@@ -4,8 +4,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::client::HasHeader;
-
 /// A byte string, base64 on the wire.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -277,6 +275,16 @@ pub(crate) enum RequestOp {
     Txn(TxnRequest),
 }
 
+impl RequestOp {
+    /// A read of one key.
+    pub(crate) fn read(key: &str) -> RequestOp {
+        RequestOp::Range(RangeRequest {
+            key: key.into(),
+            ..Default::default()
+        })
+    }
+}
+
 /// The answer to one [`RequestOp`], in the same position.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) enum ResponseOp {
@@ -434,6 +442,11 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 pub(crate) struct Empty {
     #[serde(default)]
     pub(crate) header: Header,
+}
+
+/// Answers carrying the header whose cluster id the client checks.
+pub(crate) trait HasHeader {
+    fn header(&self) -> &Header;
 }
 
 impl HasHeader for TxnResponse {

@@ -2,7 +2,6 @@
 //! patterns, and rendering the resource key of the match. Compiled once from the configuration;
 //! read-only on the request path.
 
-mod body_input;
 mod canonical;
 mod fold;
 mod idempotency;

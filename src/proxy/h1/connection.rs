@@ -15,10 +15,9 @@ use http::{Request, Response};
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::body::H1Body;
 use super::head::{
     normalize_content_length, parse_head, peek_head, response_framing, FieldSpans, Parsed, Peeked,
-    ResponseHead,
+    ResponseFraming, ResponseHead,
 };
 use super::request::{chunk_start, chunked_end, encode_head, frame_request, RequestFraming};
 use super::{H1Error, MAX_RESPONSE_HEAD_BYTES};
@@ -52,6 +51,16 @@ enum Sent {
 }
 
 /// The rest of a request body, sent while its response is read.
+/// A response whose head has been read: the connection its body is read from, how it is framed,
+/// whether the connection may carry another exchange after it, and the rest of a request body
+/// still being sent.
+pub(super) struct Unread {
+    pub(super) connection: H1Connection,
+    pub(super) framing: ResponseFraming,
+    pub(super) reusable: bool,
+    pub(super) upload: Option<Box<Upload>>,
+}
+
 pub(super) struct Upload {
     sending: Sending,
     body: RequestBody,
@@ -100,13 +109,12 @@ impl H1Connection {
             .map_err(H1Error::Read)
     }
 
-    /// Sends `request` (origin-form URI) and reads its response's head. The body reads the rest
-    /// from this connection and, read to its end, gives it back through
-    /// [`H1Body::take_reusable`] if the upstream keeps it open.
-    pub async fn send(
+    /// Sends `request` (origin-form URI) and reads its response's head; what is left to read
+    /// comes back with it (`H1Connection::send` makes that the response's body).
+    pub(super) async fn send_head(
         mut self,
         request: Request<RequestBody>,
-    ) -> Result<Response<H1Body>, H1Error> {
+    ) -> Result<Response<Unread>, H1Error> {
         let (mut parts, mut body) = request.into_parts();
         let framing = frame_request(&mut parts, &body);
         self.write.clear();
@@ -128,7 +136,12 @@ impl H1Connection {
         if let Some(reason) = head.reason {
             response.extensions_mut().insert(reason);
         }
-        Ok(response.map(|()| H1Body::new(self, framing, reusable, upload)))
+        Ok(response.map(|()| Unread {
+            connection: self,
+            framing,
+            reusable,
+            upload,
+        }))
     }
 
     /// Reads until a final response head is whole, skipping 1xx heads.

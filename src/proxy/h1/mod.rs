@@ -11,7 +11,27 @@ mod request;
 pub use body::H1Body;
 pub use connection::H1Connection;
 
+use http::{Request, Response};
+
 use super::BoxError;
+use crate::body::RequestBody;
+
+impl H1Connection {
+    /// Sends `request` (origin-form URI) and reads its response's head. The body reads the rest
+    /// from this connection and, read to its end, gives it back through
+    /// [`H1Body::take_reusable`] if the upstream keeps it open.
+    pub async fn send(self, request: Request<RequestBody>) -> Result<Response<H1Body>, H1Error> {
+        let response = self.send_head(request).await?;
+        Ok(response.map(|unread| {
+            H1Body::new(
+                unread.connection,
+                unread.framing,
+                unread.reusable,
+                unread.upload,
+            )
+        }))
+    }
+}
 
 /// The largest response head accepted (what hyper's client buffers at most, 8 KiB + 100 × 4 KiB).
 pub const MAX_RESPONSE_HEAD_BYTES: usize = 8192 + 4096 * 100;

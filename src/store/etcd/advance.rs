@@ -11,9 +11,7 @@ use super::error::{unexpected, wrap};
 use super::keys::{decode_mark, encode_mark, Keys};
 use crate::config::Compare as CompareMode;
 use crate::etcd::client::EtcdClient;
-use crate::etcd::wire::{
-    Compare, PutRequest, RangeRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse,
-};
+use crate::etcd::wire::{Compare, PutRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse};
 use crate::store::guard::expected::mismatch_reason;
 use crate::store::{decide, Advance, StoreError};
 
@@ -69,7 +67,7 @@ pub(super) fn raise_mark(mark_key: &str, token: u64, with_raise: Option<&Request
         failure: vec![RequestOp::Txn(TxnRequest {
             compare: vec![Compare::value_below(mark_key, stored.clone())],
             success: put(),
-            failure: vec![read(mark_key)],
+            failure: vec![RequestOp::read(mark_key)],
         })],
     })
 }
@@ -89,14 +87,6 @@ pub(super) fn ran_with_raise(answer: &ResponseOp) -> bool {
         }
     };
     matches!(raised.responses.get(1), Some(ResponseOp::Txn(t)) if t.succeeded)
-}
-
-/// A read of one key.
-pub(super) fn read(key: &str) -> RequestOp {
-    RequestOp::Range(RangeRequest {
-        key: key.into(),
-        ..Default::default()
-    })
 }
 
 /// The mark a [`raise_mark`] found before it ran (`None`: the key had none), checked against
@@ -180,7 +170,7 @@ pub(super) fn batch_txn(
             .iter()
             .map(|(key, token)| raise_mark(&keys.mark(key), *token, begins.get(key).copied()))
             .collect(),
-        failure: vec![read(&keys.store_id())],
+        failure: vec![RequestOp::read(&keys.store_id())],
     }
 }
 

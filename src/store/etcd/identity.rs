@@ -3,7 +3,6 @@
 //! record; a cluster rebuilt from a backup under a new cluster id changes the second half: either
 //! way the gateway sees a store it has not adopted (docs/design.md §4.4).
 
-use super::advance::read;
 use super::error::{unexpected, wrap};
 use super::keys::Keys;
 use crate::etcd::client::EtcdClient;
@@ -39,7 +38,7 @@ pub(super) async fn identity(
             lease: 0,
             prev_kv: false,
         })],
-        failure: vec![read(&keys.store_id())],
+        failure: vec![RequestOp::read(&keys.store_id())],
     };
     let answer: TxnResponse = client.call("/v3/kv/txn", &txn).await.map_err(wrap)?;
     let cluster = answer.header.cluster_id;

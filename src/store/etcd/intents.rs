@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::advance::{read, BeginInBatch};
+use super::advance::BeginInBatch;
 use super::error::{unexpected, wrap};
 use super::keys::Keys;
 use super::EtcdStore;
@@ -198,7 +198,10 @@ impl EtcdStore {
         for chunk in keys.chunks(READS_PER_TXN) {
             let txn = TxnRequest {
                 compare: Vec::new(),
-                success: chunk.iter().map(|k| read(&self.keys.intent(k))).collect(),
+                success: chunk
+                    .iter()
+                    .map(|k| RequestOp::read(&self.keys.intent(k)))
+                    .collect(),
                 failure: Vec::new(),
             };
             let answer: TxnResponse = self.client.call("/v3/kv/txn", &txn).await.map_err(wrap)?;

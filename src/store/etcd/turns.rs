@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::advance::{identity_holds, identity_refusal, mark_found, raise_mark, read};
+use super::advance::{identity_holds, identity_refusal, mark_found, raise_mark};
 use super::error::{unexpected, wrap};
 use super::keys::{decode_mark, Keys};
 use super::leases::SharedLeases;
@@ -158,11 +158,14 @@ fn take_txn(
             }),
             match take.advance {
                 Some(token) => raise_mark(&mark_key, token, None),
-                None => read(&mark_key),
+                None => RequestOp::read(&mark_key),
             },
         ],
         // The identity record first (its refusal reads the first range), then the turn.
-        failure: vec![read(&keys.store_id()), read(&turn_key)],
+        failure: vec![
+            RequestOp::read(&keys.store_id()),
+            RequestOp::read(&turn_key),
+        ],
     }
 }
 

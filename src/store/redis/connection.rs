@@ -7,7 +7,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Script};
 
 use super::intents::IntentScripts;
-use super::turns::TurnScripts;
+use super::turn_scripts::TurnScripts;
 use crate::config::DEFAULT_STORE_TIMEOUT;
 
 /// How long opening waits for the server: an unreachable host fails start-up with a clear error

@@ -1,7 +1,7 @@
 //! The Redis backend: marks as decimal strings under `{key_prefix}mark:{key}`, and the `RedisStore`
 //! handle with one writer task per serving thread, each owning its own connection and sending each
 //! batch of its thread's concurrent requests as one pipeline. Scripts: `script.rs` (advance),
-//! `intents.rs`; persistence check: `durability.rs`.
+//! `turn_scripts.rs` (key turns), `intents.rs`; persistence check: `durability.rs`.
 //!
 //! The writers: `pool.rs` (one per serving thread), `writer.rs` (the task), `pipeline.rs` (its
 //! round trip), `command.rs` (what a writer is sent), `connection.rs` (connecting, loading the
@@ -19,6 +19,7 @@ mod pipeline;
 mod pool;
 mod script;
 mod tls;
+mod turn_scripts;
 mod turns;
 mod writer;
 
@@ -38,8 +39,8 @@ use durability::{judge_durability, read_persistence, Durability};
 use error::BACKEND;
 use intents::IntentScripts;
 use pool::WriterPool;
+use turn_scripts::TurnScripts;
 pub use turns::RedisTurns;
-use turns::TurnScripts;
 use writer::WriterTemplate;
 
 /// Checks the store's URL and TLS settings as opening it would, without connecting

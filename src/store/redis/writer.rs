@@ -12,7 +12,7 @@ use super::connection::load_scripts;
 use super::error::{backend_error, wrap};
 use super::intents::IntentScripts;
 use super::script::{is_noscript, read_identity, read_mark, unexpected};
-use super::turns::TurnScripts;
+use super::turn_scripts::TurnScripts;
 use crate::store::guard::expected::ExpectedIdentity;
 use crate::store::StoreError;
 

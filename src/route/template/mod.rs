@@ -1,6 +1,9 @@
 //! Resource-key templates such as `invoice:{id}` or `tenant:{header:X-Tenant}:{query:doc:int}`:
 //! parsing against the names a path pattern captures, rendering from a request (each value read
 //! as its type says), and putting typed query and header inputs in their canonical form.
+//! `body_input.rs`: the inputs read from a request's body (a JSON pointer, a form field).
+
+mod body_input;
 
 use std::borrow::Cow;
 
@@ -205,14 +208,14 @@ impl KeyTemplate {
                 }
                 Part::Json(pointer, kind) => {
                     let body = request.body.ok_or(RenderError::BodyUnavailable)?;
-                    let value = super::body_input::json_string(body, pointer)?;
+                    let value = body_input::json_string(body, pointer)?;
                     key.push_str(&read_value(*kind, &value, || {
                         format!("JSON string at {pointer:?}")
                     })?);
                 }
                 Part::Form(name, kind) => {
                     let body = request.body.ok_or(RenderError::BodyUnavailable)?;
-                    let value = super::body_input::form_field(request.headers, body, name)?;
+                    let value = body_input::form_field(request.headers, body, name)?;
                     key.push_str(&read_value(*kind, &value, || {
                         format!("form field {name:?}")
                     })?);

@@ -4,7 +4,7 @@
 
 use http::HeaderMap;
 
-use super::template::{form_body_field, media_type, RenderError};
+use super::{form_body_field, media_type, RenderError};
 
 /// The string `pointer` names in `body`, a JSON document.
 pub fn json_string(body: &[u8], pointer: &str) -> Result<String, RenderError> {

@@ -15,7 +15,7 @@ use prometheus::{
 
 use crate::authority::AuthorityMetrics;
 use crate::route::{CompiledRoute, RouteTable};
-use crate::stats::{RouteCounters, RouteMetrics};
+use crate::stats::{self, ResponseSeries, RouteCounters, RouteMetrics};
 
 /// Store operations' buckets, from 100 µs to 10 s: round trips sit at the low end, and a call
 /// is cut off by its route's `store_timeout` (2 s by default).
@@ -31,18 +31,28 @@ const REQUEST_BUCKETS: [f64; 16] = [
     60.0,
 ];
 
-/// The `method` label: the methods a route may forward, and `other` for any else (bounded).
-pub fn method_label(method: &Method) -> &'static str {
+/// The `method` label values: the methods a route may forward, and `other` for any else.
+const METHOD_LABELS: [&str; stats::METHOD_LABELS] = [
+    "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "other",
+];
+
+/// The index of `method`'s label in [`METHOD_LABELS`] (bounded).
+fn method_index(method: &Method) -> usize {
     match *method {
-        Method::GET => "GET",
-        Method::HEAD => "HEAD",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::PATCH => "PATCH",
-        Method::DELETE => "DELETE",
-        Method::OPTIONS => "OPTIONS",
-        _ => "other",
+        Method::GET => 0,
+        Method::HEAD => 1,
+        Method::POST => 2,
+        Method::PUT => 3,
+        Method::PATCH => 4,
+        Method::DELETE => 5,
+        Method::OPTIONS => 6,
+        _ => 7,
     }
+}
+
+/// The `method` label of `method`.
+pub fn method_label(method: &Method) -> &'static str {
+    METHOD_LABELS[method_index(method)]
 }
 
 /// The fence's per-route counters, as series (see [`RouteCounters`]).
@@ -364,14 +374,30 @@ impl Metrics {
                 failed: outcome("failed"),
                 upstream_duration: self.upstream_duration.with_label_values(&[name]),
                 duration: self.request_duration.with_label_values(&[name]),
+                responses: ResponseSeries::default(),
             }
         })
     }
 
-    /// Counts one answer of `route` (a route name, or the no-route label).
-    pub fn observe_response(&self, route: &str, method: &Method, status: StatusCode) {
+    /// Counts one answer of a request that matched no route.
+    pub fn observe_unrouted(&self, route: &str, method: &Method, status: StatusCode) {
         self.responses
             .with_label_values(&[route, method_label(method), status.as_str()])
+            .inc();
+    }
+
+    /// Counts one answer of `route`, through the route's own table of its series.
+    pub fn observe_response(&self, route: &CompiledRoute, method: &Method, status: StatusCode) {
+        let index = method_index(method);
+        self.of_route(route)
+            .responses
+            .get(index, status.as_u16(), || {
+                self.responses.with_label_values(&[
+                    route.name.as_str(),
+                    METHOD_LABELS[index],
+                    status.as_str(),
+                ])
+            })
             .inc();
     }
 

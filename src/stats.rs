@@ -2,6 +2,8 @@
 //! Both are series of the registry in `metrics.rs`, looked up by route name, so a reloaded route
 //! counts on from where its predecessor of the same name stopped.
 
+use std::sync::OnceLock;
+
 use prometheus::{Histogram, IntCounter, IntGauge};
 
 /// Counts for one route. Never keyed by resource key, so their number is bounded by the config.
@@ -88,6 +90,35 @@ pub struct RouteMetrics {
     pub upstream_duration: Histogram,
     /// `fencegate_request_duration_seconds`: the request's head received to its response head.
     pub duration: Histogram,
+    /// `fencegate_responses_total` of this route, by method and status.
+    pub responses: ResponseSeries,
+}
+
+/// How many `method` label values there are (`metrics::method_label`).
+pub const METHOD_LABELS: usize = 8;
+
+/// One route's `fencegate_responses_total` series, each looked up in the registry once (a
+/// labelled lookup hashes its three values under a lock) and kept by method and status code. A
+/// method's table of codes is made when the route first answers it.
+#[derive(Default)]
+pub struct ResponseSeries {
+    by_method: [OnceLock<Box<[OnceLock<IntCounter>]>>; METHOD_LABELS],
+}
+
+impl ResponseSeries {
+    /// The series of `method` (an index below [`METHOD_LABELS`]) and `code` (100 to 999, as
+    /// `http::StatusCode` holds), from `lookup` the first time.
+    pub fn get(
+        &self,
+        method: usize,
+        code: u16,
+        lookup: impl FnOnce() -> IntCounter,
+    ) -> &IntCounter {
+        let codes = self.by_method[method % METHOD_LABELS]
+            .get_or_init(|| (100..1000).map(|_| OnceLock::new()).collect());
+        let slot = usize::from(code.clamp(100, 999) - 100);
+        codes[slot].get_or_init(lookup)
+    }
 }
 
 impl RouteMetrics {

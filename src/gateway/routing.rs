@@ -92,7 +92,7 @@ where
                     .requests
                     .with_label_values(&[NO_ROUTE, "refused"])
                     .inc();
-                metrics.observe_response(NO_ROUTE, request.method(), error.kind().spec().status);
+                metrics.observe_unrouted(NO_ROUTE, request.method(), error.kind().spec().status);
                 return future::ready(Err(error.into())).boxed();
             }
         };
@@ -106,7 +106,7 @@ where
             let refusal = GatewayError::BodyTooLarge {
                 limit: route.max_body,
             };
-            metrics.observe_response(&route.name, request.method(), refusal.kind().spec().status);
+            metrics.observe_response(route, request.method(), refusal.kind().spec().status);
             return future::ready(Err(refusal.on_route(route.name.clone()))).boxed();
         }
         // A chunked (or lying) body is cut off where it passes the limit; the proxy answers 413.
@@ -131,7 +131,7 @@ where
                 Ok(response) => response.status(),
                 Err(error) => error.kind().spec().status,
             };
-            metrics.observe_response(&route.name, &method, status);
+            metrics.observe_response(&route, &method, status);
             // The route, attached once to whatever failed below.
             result.map_err(|error| error.on_route(route.name.clone()))
         }

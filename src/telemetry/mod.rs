@@ -52,7 +52,12 @@ impl Telemetry {
         request_id: &str,
         client: Option<IpAddr>,
     ) -> Option<AccessEntry> {
-        if self.access_log.is_none() && self.spans.is_none() {
+        // An access log whose lines the log filter drops (`RUST_LOG=warn`, say) is not kept.
+        let log = self
+            .access_log
+            .as_ref()
+            .filter(|_| tracing::enabled!(target: "fencegate::access", tracing::Level::INFO));
+        if log.is_none() && self.spans.is_none() {
             return None;
         }
         let parent = TraceParent::from_headers(request.headers());
@@ -86,7 +91,7 @@ impl Telemetry {
         };
         request.extensions_mut().insert(note.clone());
         Some(AccessEntry::new(EntryParts {
-            log: self.access_log.clone(),
+            log: log.cloned(),
             span,
             note,
             method: request.method().clone(),

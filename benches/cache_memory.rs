@@ -6,7 +6,7 @@
 
 use std::hint::black_box;
 
-use fencegate::store::MarkCache;
+use fencegate::guard::MarkCache;
 
 /// The allocator the `fencegate` binary uses, so the figure is the binary's.
 #[global_allocator]

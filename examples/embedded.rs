@@ -11,7 +11,8 @@
 use std::sync::Arc;
 
 use fencegate::embed::FencingLayer;
-use fencegate::store::{CheckedStore, EmbeddedStore, FenceStore};
+use fencegate::guard::CheckedStore;
+use fencegate::store::{EmbeddedStore, FenceStore};
 
 type Failure = Box<dyn std::error::Error + Send + Sync>;
 

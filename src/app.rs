@@ -16,16 +16,14 @@ use crate::descriptors;
 use crate::fence::StoreMarks;
 use crate::gate::Gates;
 use crate::gateway::{Gateway, Reporting, SharedLimits};
+use crate::guard::{adoption, CheckedStore, MarkCache, Replica, StoreTrust};
 use crate::metrics::Metrics;
 use crate::proxy::UpstreamSlots;
 use crate::reload::{start_authorities, Reloader, RouteSource};
 use crate::route::{CompiledRoute, RouteTable};
 use crate::server::Stopping;
 use crate::store::intents::NoIntentStore;
-use crate::store::{
-    self, adoption, AdvanceAndBegin, CheckedStore, FenceStore, IntentStore, MarkCache, Replica,
-    StoreError, StoreTrust,
-};
+use crate::store::{self, AdvanceAndBegin, FenceStore, IntentStore, StoreError};
 use crate::telemetry::{AccessLog, SpanExport, Telemetry};
 
 #[derive(Debug, thiserror::Error)]

@@ -15,8 +15,9 @@ use tower::{Layer, Service};
 
 use crate::config::Compare;
 use crate::error::{GatewayError, RequestError};
+use crate::guard::CheckedStore;
 use crate::route::UNFENCED_METHODS;
-use crate::store::{Advance, CheckedStore};
+use crate::store::Advance;
 use crate::token::read_fence_header;
 
 /// What a request's resource key may be derived from.
@@ -45,7 +46,8 @@ struct Settings {
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
 /// use fencegate::embed::FencingLayer;
-/// use fencegate::store::{CheckedStore, EmbeddedStore};
+/// use fencegate::guard::CheckedStore;
+/// use fencegate::store::EmbeddedStore;
 ///
 /// let store = EmbeddedStore::open(std::path::Path::new("marks.db"), 512).await?;
 /// let store = Arc::new(CheckedStore::standalone(Arc::new(store), 100_000));

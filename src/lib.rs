@@ -33,8 +33,10 @@
 //! - [`gate`]: serialized generations — one forwarded write per key at a time (I4).
 //! - [`authority`]: the lock service a route's tokens come from (etcd, a PostgreSQL lease table),
 //!   followed by a watch: grants and ended leases raise marks, and live leases can be required.
-//! - [`store`]: the `FenceStore` trait, its backends (`embedded/`, `postgres/`, `redis/`,
-//!   `etcd/`), their shared plumbing, and the guard the gateway puts in front of them.
+//! - [`guard`]: what the gateway puts in front of the store it opened: the mark cache, trust in
+//!   the store's identity, adoption, store metrics and the replica's name.
+//! - [`store`]: the `FenceStore` trait and its backends (`embedded/`, `postgres/`, `redis/`,
+//!   `etcd/`), with their shared plumbing.
 //! - [`etcd`]: the client of etcd's v3 HTTP/JSON gateway the etcd store and authority share.
 //! - [`proxy`]: header rules (hop-by-hop, `Via`, `Forwarded`), the stack's shared shapes and
 //!   forwarding.
@@ -80,6 +82,7 @@ pub mod extensions;
 pub mod fence;
 pub mod gate;
 pub mod gateway;
+pub mod guard;
 pub mod idempotency;
 pub mod input_type;
 pub mod logging;

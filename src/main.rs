@@ -172,7 +172,7 @@ fn fencegate_intents(command: IntentsCommand) -> ExitCode {
     };
     one_shot(&path, |config| async move {
         let opened =
-            fencegate::store::open(&config.store, &fencegate::store::Replica::fresh().id).await;
+            fencegate::store::open(&config.store, &fencegate::guard::Replica::fresh().id).await;
         let backend = match opened {
             Ok(backend) => backend,
             // A running gateway holds the embedded store's file: reconcile through it.
@@ -245,11 +245,11 @@ impl From<IntentsCommand> for fencegate::idempotency::cli::Request {
 fn adopt(path: &Path) -> ExitCode {
     one_shot(path, |config| async move {
         let state_dir = config.server.state_dir.clone();
-        let store = fencegate::store::open(&config.store, &fencegate::store::Replica::fresh().id)
+        let store = fencegate::store::open(&config.store, &fencegate::guard::Replica::fresh().id)
             .await
             .map_err(|e| e.to_string())?
             .fences;
-        let adopted = fencegate::store::adoption::adopt(store.as_ref(), &state_dir).await;
+        let adopted = fencegate::guard::adoption::adopt(store.as_ref(), &state_dir).await;
         let _ = store.close().await;
         let identity = adopted.map_err(|e| e.to_string())?;
         Ok(format!(

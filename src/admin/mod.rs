@@ -25,11 +25,12 @@ use serde_json::json;
 
 use crate::authority::Authorities;
 use crate::compiled::ListenerSettings;
+use crate::guard::{CheckedStore, StoreTrust};
 use crate::metrics::{IntentGauges, Metrics};
 use crate::reload::{Reloader, RouteSource};
 use crate::route::RouteTable;
 use crate::server::Stopping;
-use crate::store::{CheckedStore, IntentStore, StoreError, StoreTrust};
+use crate::store::{IntentStore, StoreError};
 use crate::tls::ListenerTls;
 
 /// How long an admin call waits for the store.

@@ -6,9 +6,10 @@ use std::future::Future;
 
 use crate::error::GatewayError;
 use crate::extensions::Admission;
+use crate::guard::CheckedStore;
 use crate::route::CompiledRoute;
 use crate::stats::RouteCounters;
-use crate::store::{Advance, CheckedStore, StoreError};
+use crate::store::{Advance, StoreError};
 
 /// A store call's answer, or the moment `store_timeout` ran out.
 pub type Bounded<T> = Result<Result<T, StoreError>, tokio::time::error::Elapsed>;

@@ -18,10 +18,11 @@ use crate::authority::Authorities;
 use crate::config::{FenceMode, OnStoreError};
 use crate::error::{ErrorKind, GatewayError, Origin};
 use crate::extensions::{Admission, AdvanceBy};
+use crate::guard::CheckedStore;
 use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
-use crate::store::{decide, Advance, CheckedStore};
+use crate::store::{decide, Advance};
 use crate::telemetry::{AccessNote, Verdict};
 use crate::token::{read_fence_header, SignatureError, TokenError};
 

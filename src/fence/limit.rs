@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use crate::error::GatewayError;
-use crate::store::CheckedStore;
+use crate::guard::CheckedStore;
 
 /// Whether `token` is within `max_advance` of `mark` (a key never advanced counts as mark 0).
 ///

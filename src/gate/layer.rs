@@ -22,10 +22,10 @@ use crate::config::Ordering;
 use crate::error::GatewayError;
 use crate::extensions::{Admission, AdvanceBy};
 use crate::fence::{advance, bounded, judge, make_advance};
+use crate::guard::{AdvanceMade, CheckedStore};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
 use crate::route::{CompiledRoute, RouteMatch};
-use crate::store::{AdvanceMade, CheckedStore};
 
 #[derive(Clone)]
 pub struct GateLayer {

@@ -23,10 +23,11 @@ use crate::config::{Compare, FenceMode, Ordering, DEFAULT_STORE_TIMEOUT};
 use crate::error::{GatewayError, RequestError};
 use crate::fence::{check_max_advance, read_fence_header, SignatureError, SignatureKey};
 use crate::gate::{CrossReplicaGateError, Gates};
+use crate::guard::CheckedStore;
 use crate::proxy::{full_body, ProxyBody};
 use crate::reload::RouteSource;
 use crate::route::{CompiledRoute, RouteTable, MAX_RESOURCE_KEY_LEN, RESERVED_PREFIX};
-use crate::store::{Advance, CheckedStore};
+use crate::store::Advance;
 use crate::telemetry::{AccessNote, Verdict};
 
 /// The claim endpoint's path below the reserved prefix.

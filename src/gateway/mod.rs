@@ -27,6 +27,7 @@ use crate::error::{GatewayError, Origin};
 use crate::extensions::AmbiguousFraming;
 use crate::fence::{Fence, FenceLayer};
 use crate::gate::{Gate, GateLayer, Gates};
+use crate::guard::CheckedStore;
 use crate::idempotency::{Idempotency, IdempotencyLayer, IntentBackend};
 use crate::metrics::Metrics;
 use crate::proxy::{
@@ -37,7 +38,7 @@ use crate::reload::RouteSource;
 use crate::request_id::{assign_request_id, stamp_request_id};
 use crate::route::{check_method_spelling, RESERVED_PREFIX};
 use crate::store::intents::NoIntentStore;
-use crate::store::{CheckedStore, IntentStore};
+use crate::store::IntentStore;
 use crate::telemetry::{AccessNote, ReceivedBody, Telemetry};
 
 type RoutedStack = Routing<Fence<Idempotency<Gate<Proxy>>>>;

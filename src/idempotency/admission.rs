@@ -5,8 +5,9 @@
 use crate::error::GatewayError;
 use crate::extensions::Admission;
 use crate::fence::{advance, make_advance};
+use crate::guard::CheckedStore;
 use crate::route::CompiledRoute;
-use crate::store::{BeginRequest, Begun, CheckedStore, IntentStore, StoreError};
+use crate::store::{BeginRequest, Begun, IntentStore, StoreError};
 
 /// The intent store of idempotent routes, and the fence store, which folds a write's advance and
 /// its begin into one round where its backend has one.

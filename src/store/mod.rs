@@ -4,15 +4,15 @@
 //!
 //! - `embedded/`, `postgres/`, `redis/`, `etcd/`: the backends, each with its own schema and encoding.
 //! - `plumbing/`: request queues and batching shared by the backends.
-//! - `guard/`: what the gateway keeps around a backend: `CheckedStore` (a concrete wrapper: the
-//!   mark cache and trust), `Measured` (the store metrics), the adopted identity and the replica
-//!   name.
+//! - `expected.rs`: the store identity a backend's writes are checked against.
+//!
+//! What the gateway keeps around a backend (cache, trust, adoption, metrics) is [`crate::guard`].
 //! - `intents.rs`, `turns.rs`: the intent-record and key-turn traits the backends implement.
 
 mod embedded;
 #[cfg(feature = "etcd")]
 mod etcd;
-mod guard;
+pub(crate) mod expected;
 pub mod intents;
 mod plumbing;
 #[cfg(feature = "postgres")]
@@ -24,13 +24,6 @@ mod turns;
 pub use embedded::EmbeddedStore;
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdStore, EtcdTurns};
-pub use guard::adoption;
-pub use guard::cache::MarkCache;
-pub use guard::checked::{AdvanceMade, CheckedStore};
-pub use guard::expected::{mismatch_reason, ExpectedIdentity};
-pub use guard::measured::Measured;
-pub use guard::replica::Replica;
-pub use guard::trust::StoreTrust;
 pub use intents::{
     decide_begin, BeginRequest, Begun, IntentCensus, IntentRecord, IntentState, IntentStore,
     Resolution, StoredOutcome,
@@ -100,7 +93,7 @@ pub fn new_store_id() -> String {
 
 /// Durable high-water marks: the one trait every backend implements. Implementations must make an
 /// `Accepted` advance durable before returning it (I2) and must never lower a mark (I3). What the
-/// gateway adds around a backend — the cache, trust, metrics — is [`CheckedStore`], not part of
+/// gateway adds around a backend — the cache, trust, metrics — is [`CheckedStore`](crate::guard::CheckedStore), not part of
 /// this trait.
 pub trait FenceStore: Send + Sync + 'static {
     /// Atomically compares `token` with `key`'s mark and raises the mark when the token passes.
@@ -274,7 +267,7 @@ pub fn check_settings(config: &StoreConfig) -> Result<(), crate::tls::StoreTlsEr
 }
 
 /// Opens the backend the configuration names; its key turns, if it keeps them, are taken under
-/// the name `holder` (see [`Replica`]).
+/// the name `holder` (see [`Replica`](crate::guard::Replica)).
 #[cfg_attr(
     not(any(feature = "postgres", feature = "redis", feature = "etcd")),
     allow(unused_variables)

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use fencegate::embed::FencingLayer;
-use fencegate::store::{CheckedStore, EmbeddedStore, FenceStore};
+use fencegate::guard::CheckedStore;
+use fencegate::store::{EmbeddedStore, FenceStore};
 
 use crate::support::send;
 

@@ -92,7 +92,7 @@ impl Namespace {
                 let store = PostgresStore::open(&config).await.unwrap_or_else(|e| {
                     panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}")
                 });
-                let turns = Arc::new(store.turns(&fencegate::store::Replica::fresh().id));
+                let turns = Arc::new(store.turns(&fencegate::guard::Replica::fresh().id));
                 (Arc::new(store), turns)
             }
             Backend::Redis => {
@@ -108,7 +108,7 @@ impl Namespace {
                 let store = RedisStore::open(&config)
                     .await
                     .unwrap_or_else(|e| panic!("Redis at {REDIS_ADDR} is required: {e}"));
-                let turns = Arc::new(store.turns(&fencegate::store::Replica::fresh().id));
+                let turns = Arc::new(store.turns(&fencegate::guard::Replica::fresh().id));
                 (Arc::new(store), turns)
             }
             Backend::Etcd => {
@@ -118,7 +118,7 @@ impl Namespace {
                 let store = EtcdStore::open(&config)
                     .await
                     .unwrap_or_else(|e| panic!("etcd at {ETCD_ADDR} is required: {e}"));
-                let turns = Arc::new(store.turns(&fencegate::store::Replica::fresh().id));
+                let turns = Arc::new(store.turns(&fencegate::guard::Replica::fresh().id));
                 (Arc::new(store), turns)
             }
         };

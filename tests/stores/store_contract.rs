@@ -5,11 +5,9 @@
 use std::sync::Arc;
 
 use fencegate::config::Compare;
+use fencegate::guard::{CheckedStore, MarkCache, StoreTrust};
 use fencegate::metrics::Metrics;
-use fencegate::store::{
-    Advance, AdvanceAndBegin, Begun, CheckedStore, EmbeddedStore, FenceStore, IntentStore,
-    MarkCache, StoreTrust,
-};
+use fencegate::store::{Advance, AdvanceAndBegin, Begun, EmbeddedStore, FenceStore, IntentStore};
 
 use crate::support;
 

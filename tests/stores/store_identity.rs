@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use fencegate::store::adoption;
+use fencegate::guard::adoption;
 
 use crate::support;
 use crate::support::gateway::fenced_route;

@@ -5,8 +5,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use fencegate::guard::CheckedStore;
 use fencegate::route::CompiledRoute;
-use fencegate::store::{CheckedStore, FenceStore};
+use fencegate::store::FenceStore;
 use fencegate::App;
 use tokio::sync::oneshot;
 

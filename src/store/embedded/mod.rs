@@ -28,7 +28,7 @@ use sqlx::ConnectOptions as _;
 use tokio::sync::oneshot;
 
 use crate::config::Compare;
-use crate::store::guard::expected::ExpectedIdentity;
+use crate::store::expected::ExpectedIdentity;
 use crate::store::intents::{
     BeginRequest, Begun, IntentCensus, IntentRecord, IntentStore, Resolution, StoredOutcome,
 };

@@ -16,7 +16,7 @@ use super::commands::{fail, Command, Reply};
 use super::intent_batch::Settled;
 use super::schema::{decode_mark, encode_mark};
 use super::{backend_error, intents};
-use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
+use crate::store::expected::{mismatch_reason, ExpectedIdentity};
 use crate::store::plumbing::combining::BatchWriter;
 use crate::store::{decide, new_store_id, Advance, StoreError, StoreIdentity};
 

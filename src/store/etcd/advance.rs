@@ -12,7 +12,7 @@ use super::keys::{decode_mark, encode_mark, Keys};
 use crate::config::Compare as CompareMode;
 use crate::etcd::client::EtcdClient;
 use crate::etcd::wire::{Compare, PutRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse};
-use crate::store::guard::expected::mismatch_reason;
+use crate::store::expected::mismatch_reason;
 use crate::store::{decide, Advance, StoreError};
 
 /// One advance asked of the store, answered on `reply`.

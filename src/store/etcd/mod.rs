@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use crate::config::EtcdStoreConfig;
 use crate::etcd::client::{self, EtcdClient};
 use crate::etcd::wire;
-use crate::store::guard::expected::ExpectedIdentity;
+use crate::store::expected::ExpectedIdentity;
 use crate::store::plumbing::per_thread::PerThread;
 use crate::store::StoreError;
 use advance::AdvanceRequest;

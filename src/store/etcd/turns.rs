@@ -22,7 +22,7 @@ use crate::etcd::wire::{
     Compare, KeyValue, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp, TxnRequest,
     TxnResponse,
 };
-use crate::store::guard::expected::ExpectedIdentity;
+use crate::store::expected::ExpectedIdentity;
 use crate::store::plumbing::batches::{call_batched, run_batches, QUEUE};
 use crate::store::plumbing::per_thread::PerThread;
 use crate::store::turns::{Renewal, TakeTurn, TurnStore};

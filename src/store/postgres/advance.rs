@@ -10,7 +10,7 @@ use super::codec::{decode_mark, encode_mark};
 use super::intent_writes::FreshColumns;
 use super::BACKEND;
 use crate::config::Compare;
-use crate::store::guard::expected::mismatch_reason;
+use crate::store::expected::mismatch_reason;
 use crate::store::intents::IntentRecord;
 use crate::store::{decide, Advance, StoreError};
 

@@ -32,7 +32,7 @@ use sqlx::ConnectOptions as _;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Compare, PostgresStoreConfig};
-use crate::store::guard::expected::ExpectedIdentity;
+use crate::store::expected::ExpectedIdentity;
 use crate::store::intents::{decide_begin, BeginRequest, IntentStore as _};
 use crate::store::plumbing::redact::redact_password;
 use crate::store::{

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::advance::{execute, AdvanceRequest, Executed};
 use super::{fail_batch, CONNECT_TIMEOUT};
-use crate::store::guard::expected::ExpectedIdentity;
+use crate::store::expected::ExpectedIdentity;
 use crate::store::plumbing::batches::{run_batches, QUEUE};
 use crate::store::plumbing::per_thread::PerThread;
 use crate::store::StoreError;

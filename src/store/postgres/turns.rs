@@ -18,7 +18,7 @@ use super::codec::{decode_mark, encode_mark};
 use super::known_rows::KnownRows;
 use super::turn_wants::{ReleaseNow, TurnWants};
 use super::BACKEND;
-use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
+use crate::store::expected::{mismatch_reason, ExpectedIdentity};
 use crate::store::plumbing::per_thread::{PerThread, TaskQueue};
 use crate::store::turns::{Renewal, TakeTurn, TurnFreed, TurnStore, WAITER_RETRY};
 use crate::store::{StoreError, StoreFuture};

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use super::error::{backend_error, wrap};
 use super::script::{read_advance, split_advances, unexpected, AdvanceAnswers};
 use crate::config::Compare;
-use crate::store::guard::expected::mismatch_reason;
+use crate::store::expected::mismatch_reason;
 use crate::store::{Advance, StoreError, StoreIdentity};
 
 pub(super) enum Command {

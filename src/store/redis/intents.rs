@@ -15,7 +15,7 @@ use super::script::{
 };
 use super::RedisStore;
 use crate::config::Compare;
-use crate::store::guard::expected::mismatch_reason;
+use crate::store::expected::mismatch_reason;
 use crate::store::intents::{
     decide_begin, BeginRequest, Begun, IntentCensus, IntentRecord, IntentState, IntentStore,
     Resolution, StoredOutcome,

@@ -29,7 +29,7 @@ use redis::Script;
 use tokio::sync::oneshot;
 
 use crate::config::RedisStoreConfig;
-use crate::store::guard::expected::ExpectedIdentity;
+use crate::store::expected::ExpectedIdentity;
 use crate::store::plumbing::per_thread::PerThread;
 use crate::store::plumbing::redact::redact_password;
 use crate::store::StoreError;

@@ -18,7 +18,7 @@ use super::keys::{mark_key, store_id_key};
 use super::pool::WriterPool;
 use super::script::{server_answer, unexpected};
 use super::turn_scripts::TurnScripts;
-use crate::store::guard::expected::{mismatch_reason, ExpectedIdentity};
+use crate::store::expected::{mismatch_reason, ExpectedIdentity};
 use crate::store::turns::{Renewal, TakeTurn, TurnStore};
 use crate::store::{StoreError, StoreFuture};
 

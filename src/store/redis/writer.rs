@@ -13,7 +13,7 @@ use super::error::{backend_error, wrap};
 use super::intents::IntentScripts;
 use super::script::{is_noscript, read_identity, read_mark, unexpected};
 use super::turn_scripts::TurnScripts;
-use crate::store::guard::expected::ExpectedIdentity;
+use crate::store::expected::ExpectedIdentity;
 use crate::store::StoreError;
 
 /// Requests that may queue for the writer before callers wait (their store timeout still runs).

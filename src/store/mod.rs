@@ -4,6 +4,7 @@
 //!
 //! - `embedded/`, `postgres/`, `redis/`, `etcd/`: the backends, each with its own schema and encoding.
 //! - `plumbing/`: request queues and batching shared by the backends.
+//! - `open.rs`: opening (and checking without connecting) the backend `[store]` names.
 //! - `expected.rs`: the store identity a backend's writes are checked against.
 //!
 //! What the gateway keeps around a backend (cache, trust, adoption, metrics) is [`crate::guard`].
@@ -14,6 +15,7 @@ mod embedded;
 mod etcd;
 pub(crate) mod expected;
 pub mod intents;
+mod open;
 mod plumbing;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -28,6 +30,7 @@ pub use intents::{
     decide_begin, BeginRequest, Begun, IntentCensus, IntentRecord, IntentState, IntentStore,
     Resolution, StoredOutcome,
 };
+pub use open::{check_settings, open, Backend};
 #[cfg(feature = "postgres")]
 pub use postgres::{migrate as migrate_postgres, PostgresStore, PostgresTurns};
 #[cfg(feature = "redis")]
@@ -39,7 +42,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::config::{Compare, StoreConfig};
+use crate::config::Compare;
 
 /// The future every store operation returns (boxed so that backends sit behind `dyn FenceStore`).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -221,96 +224,6 @@ impl StoreError {
     pub fn held_by_another_process(&self) -> bool {
         matches!(self, StoreError::Open { source, .. } if is_locked(source))
     }
-}
-
-/// One opened backend, seen through both of its traits, and its key turns where it can keep
-/// them for several replicas (PostgreSQL, Redis).
-#[derive(Clone)]
-pub struct Backend {
-    pub fences: Arc<dyn FenceStore>,
-    pub intents: Arc<dyn IntentStore>,
-    pub turns: Option<Arc<dyn TurnStore>>,
-    /// The same backend's advance-and-begin round, where it has one.
-    pub combined: Option<Arc<dyn AdvanceAndBegin>>,
-}
-
-impl Backend {
-    /// A backend that also has an advance-and-begin round.
-    fn with_combined<T: FenceStore + IntentStore + AdvanceAndBegin>(
-        store: T,
-        turns: Option<Arc<dyn TurnStore>>,
-    ) -> Backend {
-        let store = Arc::new(store);
-        Backend {
-            fences: Arc::clone(&store) as Arc<dyn FenceStore>,
-            intents: Arc::clone(&store) as Arc<dyn IntentStore>,
-            turns,
-            combined: Some(store),
-        }
-    }
-}
-
-/// Checks a network store's URL and TLS files as opening it would, without connecting: what
-/// `check-config` runs. `Err` names the field below `store.`.
-pub fn check_settings(config: &StoreConfig) -> Result<(), crate::tls::StoreTlsError> {
-    match config {
-        StoreConfig::Embedded(_) => Ok(()),
-        #[cfg(feature = "postgres")]
-        StoreConfig::Postgres(postgres) => postgres::check_tls(postgres),
-        #[cfg(feature = "redis")]
-        StoreConfig::Redis(redis) => redis::check_tls(redis),
-        #[cfg(feature = "etcd")]
-        StoreConfig::Etcd(etcd) => etcd::check_tls(etcd),
-        #[cfg(not(all(feature = "postgres", feature = "redis", feature = "etcd")))]
-        other => Err(crate::tls::StoreTlsError::new("backend", not_built(other))),
-    }
-}
-
-/// Opens the backend the configuration names; its key turns, if it keeps them, are taken under
-/// the name `holder` (see [`Replica`](crate::guard::Replica)).
-#[cfg_attr(
-    not(any(feature = "postgres", feature = "redis", feature = "etcd")),
-    allow(unused_variables)
-)]
-pub async fn open(config: &StoreConfig, holder: &str) -> Result<Backend, StoreError> {
-    Ok(match config {
-        StoreConfig::Embedded(embedded) => {
-            let store = EmbeddedStore::open(&embedded.path, embedded.max_batch).await?;
-            Backend::with_combined(store, None)
-        }
-        #[cfg(feature = "postgres")]
-        StoreConfig::Postgres(postgres) => {
-            let store = PostgresStore::open(postgres).await?;
-            let turns = store.turns(holder);
-            Backend::with_combined(store, Some(Arc::new(turns)))
-        }
-        #[cfg(feature = "redis")]
-        StoreConfig::Redis(redis) => {
-            let store = RedisStore::open(redis).await?;
-            let turns = store.turns(holder);
-            Backend::with_combined(store, Some(Arc::new(turns)))
-        }
-        #[cfg(feature = "etcd")]
-        StoreConfig::Etcd(etcd) => {
-            let store = EtcdStore::open(etcd).await?;
-            let turns = store.turns(holder);
-            Backend::with_combined(store, Some(Arc::new(turns)))
-        }
-        #[cfg(not(all(feature = "postgres", feature = "redis", feature = "etcd")))]
-        other => {
-            return Err(StoreError::Setup {
-                backend: other.backend(),
-                detail: not_built(other),
-            })
-        }
-    })
-}
-
-/// Why `config`'s backend cannot be opened or checked: this build left it out. (`check-config`
-/// refuses such a configuration first: `config::check_built`.)
-#[cfg(not(all(feature = "postgres", feature = "redis", feature = "etcd")))]
-fn not_built(config: &StoreConfig) -> String {
-    crate::config::not_built_message(&format!("{} store", config.backend()), config.backend())
 }
 
 #[cfg(test)]

@@ -17,12 +17,12 @@ use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use fencegate::config::Compare;
-use fencegate::fence::{parse_fence_token, read_fence_header};
 use fencegate::guard::MarkCache;
 use fencegate::proxy::{
     append_forwarded_headers, append_via, strip_hop_by_hop_headers, ClientNode, ForwardedFor,
 };
 use fencegate::route::{canonicalize, KeyTemplate, PathPattern, RequestParts, RouteTable};
+use fencegate::token::{parse_fence_token, read_fence_header};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Version};
 
 /// Keys preloaded into the mark cache: the shipped default capacity.

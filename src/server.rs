@@ -31,8 +31,6 @@ pub use admin_listener::serve_admin;
 pub use clock::{ConnectionTimeouts, Expiry};
 pub use stopping::Stopping;
 
-pub use crate::extensions::AmbiguousFraming;
-
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

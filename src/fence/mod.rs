@@ -9,10 +9,6 @@ mod authority;
 mod layer;
 mod limit;
 
-pub use crate::token::{
-    parse_fence_token, read_fence_header, sign_token, signature_key_from, signed_message,
-    SignatureConfigError, SignatureError, SignatureKey, TokenError,
-};
 pub use advance::{advance, bounded, judge, make_advance, refuse_stale, Bounded};
 pub use authority::{check_authority, StoreMarks};
 pub use layer::{Fence, FenceLayer};

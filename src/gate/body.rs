@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::TurnWatch;
-use crate::proxy::{BoxError, ProxyBody};
+use crate::body::{BoxError, ProxyBody};
 
 pub struct GatedBody<P> {
     inner: Inner,

@@ -12,7 +12,7 @@ use dashmap::DashMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::proxy::ProxyBody;
+use crate::body::ProxyBody;
 use crate::store::StoreError;
 use crate::store::{Renewal, TakeTurn, TurnFreed, TurnStore, WAITER_RETRY};
 

@@ -17,6 +17,7 @@ use super::read_ahead::{read_ahead, ReadAhead};
 use super::{
     Busy, CrossReplicaGate, CrossReplicaGateError, CrossReplicaPass, GatedBody, Gates, LocalPass,
 };
+use crate::body::{ProxyBody, RequestBody};
 use crate::budget::MemoryBudget;
 use crate::config::Ordering;
 use crate::error::GatewayError;
@@ -24,7 +25,7 @@ use crate::extensions::{Admission, AdvanceBy};
 use crate::fence::{advance, bounded, judge, make_advance};
 use crate::guard::{AdvanceMade, CheckedStore};
 use crate::metrics::Metrics;
-use crate::proxy::{ProxyBody, ProxyFuture, RequestBody, StackService};
+use crate::proxy::{ProxyFuture, StackService};
 use crate::route::{CompiledRoute, RouteMatch};
 
 #[derive(Clone)]

@@ -14,8 +14,9 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt as _;
 use tokio::time::Instant;
 
+use crate::body::{BoxError, ProxyBody};
 use crate::budget::{MemoryBudget, Reservation};
-use crate::proxy::{BoxError, Prefixed, ProxyBody};
+use crate::proxy::Prefixed;
 
 /// A response body after the read-ahead.
 pub enum ReadAhead {

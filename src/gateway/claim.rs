@@ -19,16 +19,17 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use percent_encoding::percent_decode_str;
 use serde::Serialize;
 
+use crate::body::{full_body, ProxyBody};
 use crate::config::{Compare, FenceMode, Ordering, DEFAULT_STORE_TIMEOUT};
 use crate::error::{GatewayError, RequestError};
-use crate::fence::{check_max_advance, read_fence_header, SignatureError, SignatureKey};
+use crate::fence::check_max_advance;
 use crate::gate::{CrossReplicaGateError, Gates};
 use crate::guard::CheckedStore;
-use crate::proxy::{full_body, ProxyBody};
 use crate::reload::RouteSource;
 use crate::route::{CompiledRoute, RouteTable, MAX_RESOURCE_KEY_LEN, RESERVED_PREFIX};
 use crate::store::Advance;
 use crate::telemetry::{AccessNote, Verdict};
+use crate::token::{read_fence_header, SignatureError, SignatureKey};
 
 /// The claim endpoint's path below the reserved prefix.
 const CLAIM_PATH: &str = "claim/";

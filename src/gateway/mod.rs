@@ -5,9 +5,6 @@
 mod claim;
 mod routing;
 
-pub use crate::checks::{
-    check_destination, check_host, same_authority, DestinationRefusal, HostRefusal, DESTINATION,
-};
 pub use claim::Claim;
 pub use routing::{Routing, RoutingLayer};
 
@@ -21,8 +18,9 @@ use http::{Request, Response};
 use tower::{Service, ServiceBuilder};
 
 use crate::authority::Authorities;
+use crate::body::ProxyBody;
 use crate::budget::MemoryBudget;
-use crate::checks::transfer_coding_is_plain;
+use crate::checks::{check_host, transfer_coding_is_plain};
 use crate::error::{GatewayError, Origin};
 use crate::extensions::AmbiguousFraming;
 use crate::fence::{Fence, FenceLayer};
@@ -32,7 +30,7 @@ use crate::idempotency::{Idempotency, IdempotencyLayer, IntentBackend};
 use crate::metrics::Metrics;
 use crate::proxy::{
     streamed_body, strip_hop_by_hop_headers, strip_path_override_headers, ClientAddr, Proxy,
-    ProxyBody, UpstreamSlots,
+    UpstreamSlots,
 };
 use crate::reload::RouteSource;
 use crate::request_id::{assign_request_id, stamp_request_id};

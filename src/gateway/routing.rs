@@ -11,12 +11,12 @@ use futures_util::future::{self, BoxFuture, FutureExt as _};
 use http::{Request, Response};
 use tower::{Layer, Service};
 
-use super::check_destination;
+use crate::body::{ProxyBody, RequestBody};
+use crate::checks::check_destination;
 use crate::config::{FenceMode, OnStoreError, Ordering};
 use crate::error::{GatewayError, Origin, RequestError};
 use crate::extensions::{AdvanceBy, GatewayReplay};
 use crate::metrics::Metrics;
-use crate::proxy::{ProxyBody, RequestBody};
 use crate::reload::RouteSource;
 use crate::route::{
     canonicalize, check_method_override, CompiledRoute, PathRefusal, RouteMatch, RouteTable,
@@ -203,13 +203,15 @@ fn route_request<B>(
     forward_typed_inputs(request, &routed)?;
     check_guarded_request(request, &routed, table)?;
     if !UNFENCED_METHODS.contains(request.method())
-        && request.headers().contains_key(super::DESTINATION)
+        && request.headers().contains_key(crate::checks::DESTINATION)
     {
         let host = request_host(request);
         if let Some(canonical) = check_destination(request.headers(), host.as_deref(), table)
             .map_err(GatewayError::Destination)?
         {
-            request.headers_mut().insert(super::DESTINATION, canonical);
+            request
+                .headers_mut()
+                .insert(crate::checks::DESTINATION, canonical);
         }
     }
     Ok(routed)

@@ -14,18 +14,17 @@ use tower::{Layer, Service};
 
 use super::admission::{advance_and_begin, IntentBackend};
 use super::inject::{client_key_in_body, inject_json};
-use super::{
-    decode_client_key, encode_key, fingerprint, idempotency_key, now_ms, IdempotencySettings,
-};
+use super::{decode_client_key, encode_key, fingerprint, idempotency_key, now_ms};
+use crate::body::{full_body, ProxyBody, RequestBody};
 use crate::budget::{Budgeted, MemoryBudget};
 use crate::config::{ClientKey, UnknownOutcome, WhenMissing};
 use crate::error::GatewayError;
 use crate::extensions::{Admission, AdvanceBy, GatewayReplay};
 use crate::fence::advance;
 use crate::proxy::{
-    full_body, read_prefix, read_request, Prefix, Prefixed, ProxyBody, ProxyFuture, ReadFailure,
-    RequestBody, StackService,
+    read_prefix, read_request, Prefix, Prefixed, ProxyFuture, ReadFailure, StackService,
 };
+use crate::route::IdempotencySettings;
 use crate::route::{CompiledRoute, Inject, RenderError, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
 use crate::store::{BeginRequest, Begun, IntentStore, Resolution, StoreError, StoredOutcome};
@@ -123,7 +122,7 @@ where
         .await
         .map_err(|failure| match failure {
             // Past the route's `max_body` (counted by the body itself): 413, not 400.
-            ReadFailure::Body(e) if crate::proxy::is_body_limit_exceeded(e.as_ref()) => {
+            ReadFailure::Body(e) if crate::body::is_body_limit_exceeded(e.as_ref()) => {
                 GatewayError::BodyTooLarge {
                     limit: route.max_body,
                 }

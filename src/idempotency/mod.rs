@@ -11,7 +11,6 @@ mod key;
 mod layer;
 pub mod reconcile;
 
-pub use crate::route::{IdempotencySettings, SettingsError, TEMPLATE_EXTRAS};
 pub use admission::IntentBackend;
 pub use key::{decode_client_key, encode_key, fingerprint, idempotency_key};
 pub use layer::{Idempotency, IdempotencyLayer};

@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use http_body::Body as _;
 use http_body_util::BodyExt as _;
 
-use super::{BoxError, ProxyBody, RequestBody};
+use crate::body::{BoxError, ProxyBody, RequestBody};
 use crate::budget::{MemoryBudget, MemoryBusy, Reservation};
 
 /// Why a request body could not be read whole.

@@ -21,7 +21,7 @@ use super::capture::{read_request, ReadFailure};
 use super::headers::{
     append_forwarded_headers, append_via, strip_hop_by_hop_headers, ClientNode, ForwardedFor,
 };
-use super::{is_body_limit_exceeded, ProxyBody, RequestBody};
+use crate::body::{is_body_limit_exceeded, ProxyBody, RequestBody};
 use crate::budget::{MemoryBudget, Reservation};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
@@ -330,7 +330,7 @@ enum Forwarded {
     Failed {
         /// Whether it failed to connect (nothing was sent).
         connect: bool,
-        source: super::BoxError,
+        source: crate::body::BoxError,
     },
 }
 

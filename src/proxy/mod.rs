@@ -16,10 +16,6 @@ mod upstream_dial;
 mod upstream_pool;
 mod upstream_slots;
 
-pub use crate::body::{
-    full_body, is_body_limit_exceeded, BodyLimitExceeded, BoxError, ProxyBody, RequestBody,
-};
-pub use crate::route::UpstreamTarget;
 pub use capture::{read_prefix, read_request, Prefix, ReadFailure};
 pub use client_stream::{client_body_fault, streamed_body, ClientBodyFailed, ClientBodyStalled};
 pub use forward::{ClientAddr, Proxy, MAX_IDLE_UPSTREAM_CONNECTIONS_PER_HOST};

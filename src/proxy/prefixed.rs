@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use super::{BoxError, ProxyBody};
+use crate::body::{BoxError, ProxyBody};
 
 /// A body that yields `first`, then streams `rest`.
 pub struct Prefixed {
@@ -66,14 +66,14 @@ mod tests {
 
     #[test]
     fn the_hint_of_an_exact_rest_stays_exact_with_the_prefix() {
-        let rest = crate::proxy::full_body(Bytes::from_static(b"world"));
+        let rest = crate::body::full_body(Bytes::from_static(b"world"));
         let body = Prefixed::new(Bytes::from_static(b"hello "), rest);
         assert_eq!(body.size_hint().exact(), Some(11));
     }
 
     #[tokio::test]
     async fn the_prefix_comes_first() {
-        let rest = crate::proxy::full_body(Bytes::from_static(b"world"));
+        let rest = crate::body::full_body(Bytes::from_static(b"world"));
         let body = Prefixed::new(Bytes::from_static(b"hello "), rest);
         let whole = body.collect().await.expect("collects").to_bytes();
         assert_eq!(&whole[..], b"hello world");

@@ -15,7 +15,7 @@ use tower::Service as _;
 
 use super::h1::H1Connection;
 use super::upstream_slots::CappedConnector;
-use super::{BoxError, RequestBody};
+use crate::body::{BoxError, RequestBody};
 use crate::tls::UpstreamTls;
 
 /// A connection just opened, ready for its first request.

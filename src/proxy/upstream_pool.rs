@@ -23,7 +23,7 @@ use hyper::client::conn::http2;
 
 use super::h1::{H1Body, H1Connection};
 use super::upstream_dial::{Dialer, Opened};
-use super::{BoxError, RequestBody};
+use crate::body::{BoxError, RequestBody};
 
 /// Why a request got no response from its upstream.
 #[derive(Debug, thiserror::Error)]

@@ -20,9 +20,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::Service;
 
-use super::BoxError;
+use crate::body::BoxError;
 use crate::config::{RouteConfig, ServerConfig};
-use crate::proxy::UpstreamTarget;
+use crate::route::UpstreamTarget;
 
 /// No slot to the upstream came free within the wait.
 #[derive(Debug, thiserror::Error)]

@@ -32,7 +32,7 @@ pub enum PathRefusal {
     #[error("path segment {{{name}}} {refusal}")]
     NotOfType {
         name: String,
-        refusal: super::ValueRefusal,
+        refusal: crate::input_type::ValueRefusal,
     },
 }
 

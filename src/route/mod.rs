@@ -12,7 +12,6 @@ mod template;
 mod upstream;
 mod upstream_headers;
 
-pub use crate::input_type::{InputType, ValueRefusal};
 pub use canonical::{canonicalize, CanonicalPath, PathRefusal, MAX_CAPTURE_LEN};
 pub use fold::same_ignoring_case;
 pub use idempotency::{

@@ -7,7 +7,8 @@ use percent_encoding::percent_decode_str;
 
 use super::canonical::canonical_literal;
 use super::fold::same_ignoring_case;
-use super::{CanonicalPath, InputType, PathRefusal, MAX_CAPTURE_LEN};
+use super::{CanonicalPath, PathRefusal, MAX_CAPTURE_LEN};
+use crate::input_type::InputType;
 
 /// One segment of a pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,15 +9,14 @@ use smallvec::SmallVec;
 use super::idempotency::IdempotencySettings;
 use super::upstream::UpstreamTarget;
 use super::upstream_headers::{compile_strip_list, UpstreamHeaders};
-use super::{
-    CanonicalPath, Captures, FencedMethods, InputType, KeyTemplate, PathPattern, PathRefusal,
-};
+use super::{CanonicalPath, Captures, FencedMethods, KeyTemplate, PathPattern, PathRefusal};
 use crate::authority::AuthoritySettings;
 use crate::config::{
     CollectionWrites, Compare, FenceMode, FormatSuffix, OnStoreError, Ordering, PathParameters,
     RouteConfig,
 };
 use crate::extensions::AdvanceBy;
+use crate::input_type::InputType;
 use crate::stats::{RouteCounters, RouteMetrics};
 use crate::tls::UpstreamTls;
 use crate::token::{signature_key_from, SignatureKey};

@@ -82,7 +82,7 @@ pub fn signed_message(key: &str, token: u64) -> Vec<u8> {
 /// same as `printf 'invoice:72\n34' | openssl dgst -sha256 -hmac secret`.
 ///
 /// ```
-/// use fencegate::fence::sign_token;
+/// use fencegate::token::sign_token;
 ///
 /// assert_eq!(
 ///     sign_token(b"secret", "invoice:72", 34).as_deref(),

@@ -4,8 +4,8 @@
 
 use std::process::Command;
 
-use fencegate::fence::sign_token;
 use fencegate::stats::RouteCounters;
+use fencegate::token::sign_token;
 
 use crate::support;
 use crate::support::gateway::embedded_store;

@@ -14,12 +14,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fencegate::body::full_body;
 use fencegate::config::{
     PostgresStoreConfig, RedisStoreConfig, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_BATCH,
     DEFAULT_POSTGRES_BATCHES_IN_FLIGHT, DEFAULT_TURN_MARGIN,
 };
 use fencegate::gate::{CrossReplicaGate, CrossReplicaGateError, CrossReplicaPass, LocalGate};
-use fencegate::proxy::full_body;
 use fencegate::store::{
     EtcdStore, FenceStore, PostgresStore, RedisStore, StoreError, TakeTurn, TurnStore,
 };

@@ -13,7 +13,7 @@ pub use connection::H1Connection;
 
 use http::{Request, Response};
 
-use super::BoxError;
+use crate::body::BoxError;
 use crate::body::RequestBody;
 
 impl H1Connection {

@@ -10,7 +10,8 @@ use std::borrow::Cow;
 use http::{HeaderMap, HeaderValue};
 use percent_encoding::percent_decode_str;
 
-use super::{same_ignoring_case, Captures, InputType, ValueRefusal};
+use super::{same_ignoring_case, Captures};
+use crate::input_type::{InputType, ValueRefusal};
 
 /// Longest resource key the gateway accepts; keeps store rows and log lines bounded.
 pub const MAX_RESOURCE_KEY_LEN: usize = 512;

@@ -15,6 +15,7 @@ use tower::{Layer, Service};
 
 use crate::config::Compare;
 use crate::error::{GatewayError, RequestError};
+use crate::fence::store_call;
 use crate::guard::CheckedStore;
 use crate::route::UNFENCED_METHODS;
 use crate::store::Advance;
@@ -168,22 +169,18 @@ async fn admit(settings: &Settings, request: &http::request::Parts) -> Result<()
             error,
         }
     })?;
-    let advanced = tokio::time::timeout(
+    let advanced = store_call(
+        &key,
         settings.store_timeout,
         settings.store.advance(&key, token, settings.compare),
     )
-    .await;
+    .await?;
     match advanced {
-        Ok(Ok(Advance::Accepted { .. })) => Ok(()),
-        Ok(Ok(Advance::Stale { current })) => Err(GatewayError::StaleFence {
+        Advance::Accepted { .. } => Ok(()),
+        Advance::Stale { current } => Err(GatewayError::StaleFence {
             key,
             token,
             current,
-        }),
-        Ok(Err(source)) => Err(GatewayError::StoreFailed { key, source }),
-        Err(_) => Err(GatewayError::StoreTimeout {
-            key,
-            after: settings.store_timeout,
         }),
     }
 }

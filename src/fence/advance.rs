@@ -3,6 +3,7 @@
 //! and a refusal turned into the request's error.
 
 use std::future::Future;
+use std::time::Duration;
 
 use crate::error::GatewayError;
 use crate::extensions::Admission;
@@ -20,6 +21,40 @@ pub async fn bounded<T>(
     call: impl Future<Output = Result<T, StoreError>>,
 ) -> Bounded<T> {
     tokio::time::timeout(route.fence.store_timeout, call).await
+}
+
+/// A store call for `key` bounded by `timeout`, its failure or timeout made the error that
+/// answers the request: the one place a store step's failure becomes 503 `store-unavailable`.
+pub async fn store_call<T>(
+    key: &str,
+    timeout: Duration,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, GatewayError> {
+    store_answer(key, timeout, tokio::time::timeout(timeout, call).await)
+}
+
+/// A bounded store call's answer for `key` as the request's error, if it failed or timed out.
+pub fn store_answer<T>(
+    key: &str,
+    timeout: Duration,
+    answer: Bounded<T>,
+) -> Result<T, GatewayError> {
+    match answer {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(source)) => Err(store_failed(key, source)),
+        Err(_elapsed) => Err(GatewayError::StoreTimeout {
+            key: key.to_owned(),
+            after: timeout,
+        }),
+    }
+}
+
+/// A failed store call for `key` as the request's error.
+pub fn store_failed(key: &str, source: StoreError) -> GatewayError {
+    GatewayError::StoreFailed {
+        key: key.to_owned(),
+        source,
+    }
 }
 
 /// Makes `admission`'s advance with `call` (the advance, and what else the same store step
@@ -63,7 +98,6 @@ pub fn judge(
     advanced: Bounded<Advance>,
 ) -> Result<(), GatewayError> {
     let counters = route.counters();
-    let key = || admission.key.clone();
     match advanced {
         Ok(Ok(Advance::Accepted { previous })) => {
             RouteCounters::bump(&counters.accepted);
@@ -73,16 +107,9 @@ pub fn judge(
             Ok(())
         }
         Ok(Ok(Advance::Stale { current })) => Err(refuse_stale(route, admission, current)),
-        Ok(Err(source)) => {
+        failed => {
             RouteCounters::bump(&counters.store_errors);
-            Err(GatewayError::StoreFailed { key: key(), source })
-        }
-        Err(_elapsed) => {
-            RouteCounters::bump(&counters.store_errors);
-            Err(GatewayError::StoreTimeout {
-                key: key(),
-                after: route.fence.store_timeout,
-            })
+            store_answer(&admission.key, route.fence.store_timeout, failed).map(drop)
         }
     }
 }

@@ -39,21 +39,7 @@ pub async fn check_max_advance(
     if within_max_advance(store.known_mark(key), token, max_advance) {
         return Ok(());
     }
-    let current = match tokio::time::timeout(store_timeout, store.current(key)).await {
-        Ok(Ok(mark)) => mark,
-        Ok(Err(source)) => {
-            return Err(GatewayError::StoreFailed {
-                key: key.to_owned(),
-                source,
-            })
-        }
-        Err(_elapsed) => {
-            return Err(GatewayError::StoreTimeout {
-                key: key.to_owned(),
-                after: store_timeout,
-            })
-        }
-    };
+    let current = super::advance::store_call(key, store_timeout, store.current(key)).await?;
     if within_max_advance(current, token, max_advance) {
         return Ok(());
     }

@@ -9,7 +9,10 @@ mod authority;
 mod layer;
 mod limit;
 
-pub use advance::{advance, bounded, judge, make_advance, refuse_stale, Bounded};
+pub use advance::{
+    advance, bounded, judge, make_advance, refuse_stale, store_answer, store_call, store_failed,
+    Bounded,
+};
 pub use authority::{check_authority, StoreMarks};
 pub use layer::{Fence, FenceLayer};
 pub use limit::{check_max_advance, within_max_advance};

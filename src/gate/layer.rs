@@ -22,7 +22,7 @@ use crate::budget::MemoryBudget;
 use crate::config::Ordering;
 use crate::error::GatewayError;
 use crate::extensions::{Admission, AdvanceBy};
-use crate::fence::{advance, bounded, judge, make_advance};
+use crate::fence::{advance, bounded, judge, make_advance, store_call, store_failed};
 use crate::guard::{AdvanceMade, CheckedStore};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyFuture, StackService};
@@ -369,10 +369,7 @@ fn cross_replica_error(
             key: key.to_owned(),
             after: route.fence.gate_timeout,
         },
-        CrossReplicaGateError::Store(source) => GatewayError::StoreFailed {
-            key: key.to_owned(),
-            source,
-        },
+        CrossReplicaGateError::Store(source) => store_failed(key, source),
     }
 }
 
@@ -429,17 +426,13 @@ async fn recheck(
     route: &CompiledRoute,
     admission: &Admission,
 ) -> Result<(), GatewayError> {
-    match bounded(route, store.current(&admission.key)).await {
-        Ok(Ok(current)) => superseded(current, admission),
-        Ok(Err(source)) => Err(GatewayError::StoreFailed {
-            key: admission.key.clone(),
-            source,
-        }),
-        Err(_) => Err(GatewayError::StoreTimeout {
-            key: admission.key.clone(),
-            after: route.fence.store_timeout,
-        }),
-    }
+    let current = store_call(
+        &admission.key,
+        route.fence.store_timeout,
+        store.current(&admission.key),
+    )
+    .await?;
+    superseded(current, admission)
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::body::{full_body, ProxyBody};
 use crate::config::{Compare, FenceMode, Ordering, DEFAULT_STORE_TIMEOUT};
 use crate::error::{GatewayError, RequestError};
-use crate::fence::check_max_advance;
+use crate::fence::{check_max_advance, store_call, store_failed};
 use crate::gate::{CrossReplicaGateError, Gates};
 use crate::guard::CheckedStore;
 use crate::reload::RouteSource;
@@ -113,26 +113,22 @@ impl Claim {
             )
             .await?;
         }
-        let advanced = tokio::time::timeout(
+        let advanced = store_call(
+            &key,
             DEFAULT_STORE_TIMEOUT,
             self.store.advance(&key, token, Compare::Monotonic),
         )
-        .await;
+        .await?;
         match advanced {
-            Ok(Ok(Advance::Accepted { previous })) => {
+            Advance::Accepted { previous } => {
                 self.wait_for_earlier_writes(&table, &key).await?;
                 tracing::info!(%key, token, ?previous, "claimed");
                 Ok(claimed(&key, token, previous))
             }
-            Ok(Ok(Advance::Stale { current })) => Err(GatewayError::StaleFence {
+            Advance::Stale { current } => Err(GatewayError::StaleFence {
                 key,
                 token,
                 current,
-            }),
-            Ok(Err(source)) => Err(GatewayError::StoreFailed { key, source }),
-            Err(_) => Err(GatewayError::StoreTimeout {
-                key,
-                after: DEFAULT_STORE_TIMEOUT,
             }),
         }
     }
@@ -160,10 +156,7 @@ impl Claim {
                 key: key.to_owned(),
                 after,
             }),
-            Err(CrossReplicaGateError::Store(source)) => Err(GatewayError::StoreFailed {
-                key: key.to_owned(),
-                source,
-            }),
+            Err(CrossReplicaGateError::Store(source)) => Err(store_failed(key, source)),
         }
     }
 }

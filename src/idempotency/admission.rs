@@ -4,10 +4,10 @@
 
 use crate::error::GatewayError;
 use crate::extensions::Admission;
-use crate::fence::{advance, make_advance};
+use crate::fence::{advance, make_advance, store_answer};
 use crate::guard::CheckedStore;
 use crate::route::CompiledRoute;
-use crate::store::{BeginRequest, Begun, IntentStore, StoreError};
+use crate::store::{BeginRequest, Begun, IntentStore};
 
 /// The intent store of idempotent routes, and the fence store, which folds a write's advance and
 /// its begin into one round where its backend has one.
@@ -18,7 +18,7 @@ pub struct IntentBackend {
 }
 
 /// What beginning the intent of an admitted request answered.
-pub(super) type BeginAnswer = Result<Result<Begun, StoreError>, GatewayError>;
+pub(super) type BeginAnswer = Result<Begun, GatewayError>;
 
 /// Makes the advance of `admission`, which routing left to this layer, and once it is accepted
 /// begins `begin`. A refused advance is the request's answer (`Err`, judged and counted in
@@ -30,12 +30,13 @@ pub(super) async fn advance_and_begin<F>(
     backend: &IntentBackend,
     begin: BeginRequest,
     begin_in_turn: impl FnOnce(BeginRequest) -> F,
-) -> Result<BeginAnswer, GatewayError>
+) -> BeginAnswer
 where
     F: std::future::Future<Output = BeginAnswer>,
 {
     let compare = route.fence.compare;
     let (key, token) = (&admission.key, admission.token);
+    let record_key = begin.key.clone();
     let begin = match backend.fences.advance_and_begin(key, token, compare, begin) {
         Ok(call) => {
             let step = async {
@@ -46,10 +47,11 @@ where
             let begun = begun.ok_or(GatewayError::Internal(
                 "an accepted advance came back without its intent",
             ))?;
-            return Ok(Ok(begun));
+            // The intent's begin failed after the advance was made: the store failed.
+            return store_answer(&record_key, route.fence.store_timeout, Ok(begun));
         }
         Err(begin) => *begin,
     };
     advance(route, admission, backend.fences.as_ref()).await?;
-    Ok(begin_in_turn(begin).await)
+    begin_in_turn(begin).await
 }

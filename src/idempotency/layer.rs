@@ -20,14 +20,14 @@ use crate::budget::{Budgeted, MemoryBudget};
 use crate::config::{ClientKey, UnknownOutcome, WhenMissing};
 use crate::error::GatewayError;
 use crate::extensions::{Admission, AdvanceBy, GatewayReplay};
-use crate::fence::advance;
+use crate::fence::{advance, store_call};
 use crate::proxy::{
     read_prefix, read_request, Prefix, Prefixed, ProxyFuture, ReadFailure, StackService,
 };
 use crate::route::IdempotencySettings;
 use crate::route::{CompiledRoute, Inject, RenderError, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
-use crate::store::{BeginRequest, Begun, IntentStore, Resolution, StoreError, StoredOutcome};
+use crate::store::{BeginRequest, Begun, IntentStore, Resolution, StoredOutcome};
 use crate::telemetry::{AccessNote, Verdict};
 
 /// Header marking an answer replayed from a stored outcome.
@@ -193,21 +193,17 @@ where
         now_ms: now,
         expires_ms: now + u64::try_from(settings.retention.as_millis()).unwrap_or(u64::MAX),
     };
-    let store_failed = |source: StoreError| GatewayError::StoreFailed {
-        key: record_key.clone(),
-        source,
-    };
+    let timeout = route.fence.store_timeout;
     let begun = match admission.filter(|_| owes_advance) {
         // Routing left the compare-and-advance to this layer: made now, with the begin.
         Some(admission) => {
             advance_and_begin(route, &admission, backend, begin, |begin| {
-                with_timeout(route, &record_key, intents.begin(begin))
+                store_call(&record_key, timeout, intents.begin(begin))
             })
-            .await??
+            .await?
         }
-        None => with_timeout(route, &record_key, intents.begin(begin)).await?,
-    }
-    .map_err(store_failed)?;
+        None => store_call(&record_key, timeout, intents.begin(begin)).await?,
+    };
     let fresh = match begun {
         Begun::Fresh => true,
         Begun::Resubmit { .. } if settings.on_unknown_outcome == UnknownOutcome::Hold => {
@@ -339,18 +335,13 @@ where
         body_complete: complete,
     };
     // Recorded before the client sees the answer, so a retry right after it finds the outcome.
-    let recorded = with_timeout(
-        route,
+    let recorded = store_call(
         &record_key,
+        route.fence.store_timeout,
         intents.complete(&record_key, outcome, now_ms()),
     )
     .await;
-    let failure = match recorded {
-        Ok(Ok(_)) => None,
-        Ok(Err(source)) => Some(store_failed(source)),
-        Err(timeout) => Some(timeout),
-    };
-    if let Some(error) = failure {
+    if let Err(error) = recorded {
         tracing::warn!(route = %route.name, key = %record_key, %error, "recording an outcome failed; the intent stays SUBMITTING");
     }
     Ok(Response::from_parts(head, reply_body))
@@ -479,20 +470,6 @@ fn within_limit(key: String, settings: &IdempotencySettings) -> Result<String, G
         }),
         _ => Ok(key),
     }
-}
-
-/// Bounds a store call by the route's store timeout (fail closed).
-async fn with_timeout<T>(
-    route: &CompiledRoute,
-    key: &str,
-    call: impl std::future::Future<Output = Result<T, StoreError>>,
-) -> Result<Result<T, StoreError>, GatewayError> {
-    tokio::time::timeout(route.fence.store_timeout, call)
-        .await
-        .map_err(|_| GatewayError::StoreTimeout {
-            key: key.to_owned(),
-            after: route.fence.store_timeout,
-        })
 }
 
 /// The stored answer, marked as a replay.

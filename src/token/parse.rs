@@ -33,7 +33,7 @@ pub fn read_fence_header(headers: &HeaderMap, name: &HeaderName) -> Result<u64, 
 /// space, a comma joining two values — is refused, as is a value above `u64::MAX`.
 ///
 /// ```
-/// use fencegate::fence::{parse_fence_token, TokenError};
+/// use fencegate::token::{parse_fence_token, TokenError};
 ///
 /// assert_eq!(parse_fence_token(b"34"), Ok(34));
 /// assert_eq!(parse_fence_token(b"+34"), Err(TokenError::NotDecimal));

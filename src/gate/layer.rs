@@ -113,7 +113,8 @@ where
         let route = routed.map(|m| &m.route);
         let owes_advance = routed.is_some_and(|m| m.advance_by == AdvanceBy::Turn);
         let (route, admission) = match (route, extensions.get::<Admission>()) {
-            // Routing left the advance to this gate (a serialized route on PostgreSQL).
+            // Routing left the advance to this gate (a serialized route on a store that takes
+            // turns: PostgreSQL, Redis, etcd).
             (Some(route), Some(admission)) if owes_advance => {
                 (Arc::clone(route), Arrival::Owed(admission.clone()))
             }

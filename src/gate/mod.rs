@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::store::TurnStore;
 
 /// The gates of one gateway: always the in-process one, plus the cross-replica one where the
-/// store keeps key turns (PostgreSQL, Redis; the embedded store is single-node).
+/// store keeps key turns (PostgreSQL, Redis, etcd; the embedded store is single-node).
 #[derive(Clone)]
 pub struct Gates {
     pub local: Arc<LocalGate>,

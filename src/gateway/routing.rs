@@ -33,7 +33,8 @@ pub struct RoutingLayer {
 
 impl RoutingLayer {
     /// `turns_advance`: the store can advance a key's mark in the step that takes the key's
-    /// cross-replica turn (PostgreSQL), so serialized routes leave the advance to the gate.
+    /// cross-replica turn (PostgreSQL, Redis and etcd all can), so serialized routes leave the
+    /// advance to the gate.
     pub fn new(
         routes: Arc<RouteSource>,
         metrics: Arc<Metrics>,

@@ -16,8 +16,9 @@ use crate::store::{
     StoreIdentity,
 };
 
-/// An advance made outside the store's own calls (the PostgreSQL ordering gate advances in the
-/// statement that takes the key's turn), for [`CheckedStore::settle_advance`].
+/// An advance made outside the store's own calls (on the network stores the ordering gate
+/// advances in the step that takes the key's turn: one PostgreSQL statement, one Redis script, one
+/// etcd transaction), for [`CheckedStore::settle_advance`].
 #[derive(Debug, Clone, Copy)]
 pub struct AdvanceMade<'a> {
     /// The call's name in the store metrics.

@@ -13,7 +13,7 @@ use super::{AdvanceAndBegin, EmbeddedStore, FenceStore, IntentStore, StoreError,
 use crate::config::StoreConfig;
 
 /// One opened backend, seen through both of its traits, and its key turns where it can keep
-/// them for several replicas (PostgreSQL, Redis).
+/// them for several replicas (PostgreSQL, Redis, etcd).
 #[derive(Clone)]
 pub struct Backend {
     pub fences: Arc<dyn FenceStore>,

@@ -1,6 +1,6 @@
 //! A key's turn across replicas, kept in the store as a lease (docs/design.md §4.5): the trait each
-//! network backend implements (`postgres/turns.rs`, `redis/turns.rs`) and what one take, release or
-//! renewal names. A turn belongs to one replica (`holder`, random per process) and is numbered
+//! network backend implements (`postgres/turns.rs`, `redis/turns.rs`, `etcd/turns.rs`) and what
+//! one take, release or renewal names. A turn belongs to one replica (`holder`, random per process) and is numbered
 //! within it.
 
 use std::sync::Arc;

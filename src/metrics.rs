@@ -331,8 +331,11 @@ impl Metrics {
         let series = &self.fence;
         let rejected = |reason| series.rejections.with_label_values(&[name, reason]);
         let of = |vec: &IntCounterVec| vec.with_label_values(&[name]);
-        let detached = RouteCounters::detached();
-        let idempotent = route.idempotency.is_some();
+        // Only idempotent routes have these series.
+        let idempotent_only = |vec: &IntCounterVec| match route.idempotency {
+            Some(_) => of(vec),
+            None => RouteCounters::detached_counter(),
+        };
         RouteCounters {
             accepted: of(&series.accepted),
             advanced: of(&series.advances),
@@ -346,17 +349,8 @@ impl Metrics {
             store_errors: of(&series.store_errors),
             failed_open: of(&series.failed_open),
             observed_refusals: of(&series.observed_refusals),
-            // Only idempotent routes have these series.
-            provider_replays: if idempotent {
-                of(&series.provider_replays)
-            } else {
-                detached.provider_replays
-            },
-            transient_answers: if idempotent {
-                of(&series.transient_answers)
-            } else {
-                detached.transient_answers
-            },
+            provider_replays: idempotent_only(&series.provider_replays),
+            transient_answers: idempotent_only(&series.transient_answers),
         }
     }
 

@@ -43,14 +43,7 @@ pub struct RouteCounters {
 impl RouteCounters {
     /// Counters registered nowhere, for a route that serves no gateway.
     pub fn detached() -> RouteCounters {
-        let counter = || {
-            // A fixed, valid name and help: construction cannot fail.
-            IntCounter::new(
-                "fencegate_detached_total",
-                "Counts of a route outside a gateway.",
-            )
-            .expect("valid counter definition")
-        };
+        let counter = RouteCounters::detached_counter;
         RouteCounters {
             accepted: counter(),
             advanced: counter(),
@@ -67,6 +60,16 @@ impl RouteCounters {
             provider_replays: counter(),
             transient_answers: counter(),
         }
+    }
+
+    /// One counter registered nowhere.
+    pub fn detached_counter() -> IntCounter {
+        // A fixed, valid name and help: construction cannot fail.
+        IntCounter::new(
+            "fencegate_detached_total",
+            "Counts of a route outside a gateway.",
+        )
+        .expect("valid counter definition")
     }
 
     pub fn bump(counter: &IntCounter) {

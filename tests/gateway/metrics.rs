@@ -151,19 +151,22 @@ async fn no_counter_goes_down_when_routes_are_reloaded_under_load() {
     gw.stop().await;
 }
 
+/// A gateway with the fenced route `inv` (and a 3 MiB buffer budget) in front of an upstream
+/// that answers 200, with an admin listener; the upstream must live as long as the gateway.
+async fn fenced_inv() -> (RecordingUpstream, TestGateway) {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let route = fenced_route("inv", &upstream.url(), "enforce", "monotonic");
+    let gw = TestGateway::builder(&route)
+        .admin(TOKEN)
+        .server_options("max_buffered_bytes = \"3MiB\"")
+        .start()
+        .await;
+    (upstream, gw)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_are_counted_by_method_and_code_and_timed() {
-    let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let gw = TestGateway::builder(&fenced_route(
-        "inv",
-        &upstream.url(),
-        "enforce",
-        "monotonic",
-    ))
-    .admin(TOKEN)
-    .server_options("max_buffered_bytes = \"3MiB\"")
-    .start()
-    .await;
+    let (_upstream, gw) = fenced_inv().await;
     let admin = AdminApi::of(&gw, TOKEN);
     assert_eq!(
         send("PUT", &gw.url("/inv/1"), &[("x-fence", "5")], "")
@@ -267,16 +270,7 @@ async fn the_metric_names_the_alerts_are_checked_against_are_the_exported_ones()
         );
     }
 
-    let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let gw = TestGateway::builder(&fenced_route(
-        "inv",
-        &upstream.url(),
-        "enforce",
-        "monotonic",
-    ))
-    .admin(TOKEN)
-    .start()
-    .await;
+    let (_upstream, gw) = fenced_inv().await;
     send("PUT", &gw.url("/inv/1"), &[("x-fence", "1")], "").await;
     let exposition = AdminApi::of(&gw, TOKEN).metrics().await;
     let families: Vec<&str> = exposition

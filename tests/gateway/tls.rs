@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
+use crate::support::admin_api::AdminApi;
 use crate::support::gateway::TestGateway;
 use crate::support::tls::{
     client_config, connect, https_get, https_send, server_config, write, Leaf, TestCa, TlsUpstream,
@@ -405,16 +406,9 @@ async fn reload_swaps_the_certificate_without_dropping_open_connections() {
 
 /// `fencegate_certificate_expiry_timestamp_seconds` of `certificate` on `gw`'s admin listener.
 async fn certificate_expiry(gw: &TestGateway, certificate: &str) -> Option<f64> {
-    let reply = crate::support::client::send(
-        "GET",
-        &gw.admin_url("/metrics"),
-        &[("authorization", "Bearer admin-token-0123456789")],
-        "",
-    )
-    .await;
-    assert_eq!(reply.status, 200);
+    let exposition = AdminApi::of(gw, "admin-token-0123456789").metrics().await;
     crate::support::admin_api::metric(
-        &String::from_utf8_lossy(&reply.body),
+        &exposition,
         &format!("fencegate_certificate_expiry_timestamp_seconds{{certificate=\"{certificate}\"}}"),
     )
 }
@@ -469,13 +463,7 @@ async fn certificate_expiry_is_exported_for_the_listener_and_upstream_clients_an
     // A renewed certificate, reloaded: the gauge follows.
     ca.leaf_until(LOCAL, renewed_until)
         .write(dir.path(), "listener");
-    let reload = crate::support::client::send(
-        "POST",
-        &gw.admin_url("/admin/reload"),
-        &[("authorization", "Bearer admin-token-0123456789")],
-        "",
-    )
-    .await;
+    let reload = AdminApi::of(&gw, "admin-token-0123456789").reload().await;
     assert_eq!(reload.status, 200, "{:?}", reload.body);
     assert_eq!(
         certificate_expiry(&gw, "server").await,

@@ -166,6 +166,31 @@ impl EtcdStore {
         )))
     }
 
+    /// One range read.
+    async fn range(&self, request: RangeRequest) -> Result<RangeResponse, StoreError> {
+        self.check_open()?;
+        self.client
+            .call("/v3/kv/range", &request)
+            .await
+            .map_err(wrap)
+    }
+
+    /// Every key under `prefix`: at most `limit` of them (0: all), or only their count.
+    async fn prefix_range(
+        &self,
+        prefix: &str,
+        limit: i64,
+        count_only: bool,
+    ) -> Result<RangeResponse, StoreError> {
+        self.range(RangeRequest {
+            key: prefix.into(),
+            range_end: prefix_end(prefix.as_bytes()).into(),
+            limit,
+            count_only,
+        })
+        .await
+    }
+
     /// The index entries under `prefix` that order before `bound`, oldest first.
     async fn index_range(
         &self,
@@ -173,18 +198,14 @@ impl EtcdStore {
         bound: &str,
         limit: usize,
     ) -> Result<Vec<String>, StoreError> {
-        self.check_open()?;
-        let request = RangeRequest {
-            key: prefix.into(),
-            range_end: bound.into(),
-            limit: i64::try_from(limit).unwrap_or(i64::MAX),
-            count_only: false,
-        };
-        let answer: RangeResponse = self
-            .client
-            .call("/v3/kv/range", &request)
-            .await
-            .map_err(wrap)?;
+        let answer = self
+            .range(RangeRequest {
+                key: prefix.into(),
+                range_end: bound.into(),
+                limit: i64::try_from(limit).unwrap_or(i64::MAX),
+                count_only: false,
+            })
+            .await?;
         Ok(answer
             .kvs
             .into_iter()
@@ -394,32 +415,16 @@ impl IntentStore for EtcdStore {
 
     fn census(&self) -> StoreFuture<'_, IntentCensus> {
         Box::pin(async move {
-            self.check_open()?;
             // The index is ordered by last update: its first entry is the oldest, and the
             // range's count (whatever the limit) is the number of SUBMITTING intents.
             let prefix = self.keys.submitting_prefix();
-            let request = RangeRequest {
-                key: prefix.clone().into(),
-                range_end: prefix_end(prefix.as_bytes()).into(),
-                limit: 1,
-                count_only: false,
-            };
-            let answer: RangeResponse = self
-                .client
-                .call("/v3/kv/range", &request)
-                .await
-                .map_err(wrap)?;
+            let answer = self.prefix_range(&prefix, 1, false).await?;
             let oldest = answer.kvs.first().and_then(|kv| kv.key.text());
             let submitting = u64::try_from(answer.count).unwrap_or(0);
             // Every record has an entry in the expiry index until it is pruned.
-            let expiry = self.keys.expiry_prefix();
-            let all = RangeRequest {
-                key: expiry.clone().into(),
-                range_end: prefix_end(expiry.as_bytes()).into(),
-                limit: 0,
-                count_only: true,
-            };
-            let all: RangeResponse = self.client.call("/v3/kv/range", &all).await.map_err(wrap)?;
+            let all = self
+                .prefix_range(&self.keys.expiry_prefix(), 0, true)
+                .await?;
             Ok(IntentCensus {
                 submitting,
                 oldest_submitting_ms: oldest

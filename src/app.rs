@@ -170,7 +170,6 @@ impl App {
         let cache = Arc::new(MarkCache::new(config.store.cache_capacity()));
         let trust = Arc::new(StoreTrust::default());
         let metrics = Metrics::new();
-        metrics.bind(&routes);
         metrics
             .buffered_bytes_limit
             .set(i64::try_from(config.server.max_buffered_bytes).unwrap_or(i64::MAX));
@@ -201,7 +200,11 @@ impl App {
         App {
             authorities,
             config,
-            routes: Arc::new(RouteSource::new(routes)),
+            routes: Arc::new(RouteSource::new(
+                routes,
+                Arc::clone(&metrics),
+                gates.cross_replica.is_some(),
+            )),
             listeners,
             config_path: None,
             started_sections: RestartSections::parse(""),

@@ -15,10 +15,9 @@ use tower::{Layer, Service};
 
 use crate::config::Compare;
 use crate::error::{GatewayError, RequestError};
-use crate::fence::store_call;
+use crate::fence::FencedWrite;
 use crate::guard::CheckedStore;
 use crate::route::UNFENCED_METHODS;
-use crate::store::Advance;
 use crate::token::read_fence_header;
 
 /// What a request's resource key may be derived from.
@@ -169,20 +168,14 @@ async fn admit(settings: &Settings, request: &http::request::Parts) -> Result<()
             error,
         }
     })?;
-    let advanced = store_call(
-        &key,
-        settings.store_timeout,
-        settings.store.advance(&key, token, settings.compare),
-    )
-    .await?;
-    match advanced {
-        Advance::Accepted { .. } => Ok(()),
-        Advance::Stale { current } => Err(GatewayError::StaleFence {
-            key,
-            token,
-            current,
-        }),
-    }
+    let write = FencedWrite {
+        key: &key,
+        token,
+        compare: settings.compare,
+        store_timeout: settings.store_timeout,
+        counters: None,
+    };
+    write.advance(&settings.store).await.map(drop)
 }
 
 /// The refusal as the gateway answers it: problem details, with `X-Fence-Current` or

@@ -12,8 +12,8 @@
 //!   compiled once (the route table) for `check-config`, `serve` and every reload.
 //! - [`route`]: the canonical form of a request's path, method spellings and fenced method sets,
 //!   path patterns, resource-key templates, and the compiled route table with each route's
-//!   settings (its upstream, its idempotency), reading `;` parameters and format suffixes every
-//!   way an upstream might.
+//!   settings (its upstream, its idempotency, which layer makes its advance), reading `;`
+//!   parameters and format suffixes every way an upstream might.
 //! - [`server`]: the listeners — the gateway's own HTTP/1.x server and hyper's HTTP/2 (h2c or
 //!   ALPN), header, stream and connection limits (a 503 refusal over `max_connections`), a
 //!   timeout for every connection state, graceful drain on shutdown; the admin listener's own cap.
@@ -23,11 +23,11 @@
 //!   returned on every response and logged with every refusal.
 //! - [`checks`]: the `Host` and WebDAV `Destination` of a request's head.
 //! - [`gateway`]: the reserved `/_fencegate/` endpoints (claiming), and the request stack,
-//!   assembled in one place: routing (which also decides who makes a write's advance) → fence →
-//!   idempotency → ordering gate → proxy.
+//!   assembled in one place: routing → fence → idempotency → ordering gate → proxy.
 //! - [`token`]: fencing tokens as requests carry them, and the lock authority's signatures.
-//! - [`fence`]: `max_advance`, the one function that makes a write's compare-and-advance, and the
-//!   fence layer.
+//! - [`fence`]: `max_advance`, the fence layer, and `FencedWrite`, the one door of a fenced
+//!   write's store step (`fence/store_step.rs`), whichever layer owns it: read it to see what
+//!   happens to a fenced write at the store.
 //! - [`idempotency`]: stable idempotency keys and intent records for providers that cannot be
 //!   fenced.
 //! - [`gate`]: serialized generations — one forwarded write per key at a time (I4).

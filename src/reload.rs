@@ -15,16 +15,26 @@ use crate::proxy::UpstreamSlots;
 use crate::route::RouteTable;
 use crate::tls::ListenerTls;
 
-/// The route table new requests are matched against.
+/// The route table new requests are matched against. A table is installed here, at start and
+/// on every reload, in one way: its routes are bound to the registry's series and given the owner
+/// of their advance before it serves.
 pub struct RouteSource {
     current: RwLock<Arc<RouteTable>>,
+    metrics: Arc<Metrics>,
+    /// The store takes a key's cross-replica turn and advances its mark in one step (PostgreSQL,
+    /// Redis and etcd do), so serialized routes leave their advance to the gate.
+    turns_advance: bool,
 }
 
 impl RouteSource {
-    pub fn new(table: RouteTable) -> RouteSource {
-        RouteSource {
-            current: RwLock::new(Arc::new(table)),
-        }
+    pub fn new(table: RouteTable, metrics: Arc<Metrics>, turns_advance: bool) -> RouteSource {
+        let source = RouteSource {
+            current: RwLock::new(Arc::new(RouteTable::default())),
+            metrics,
+            turns_advance,
+        };
+        source.replace(table);
+        source
     }
 
     /// The table in force (a poisoned lock still holds a complete table: swaps are one store).
@@ -36,6 +46,8 @@ impl RouteSource {
     }
 
     fn replace(&self, table: RouteTable) {
+        self.metrics.bind(&table);
+        table.install_owners(self.turns_advance);
         let table = Arc::new(table);
         match self.current.write() {
             Ok(mut current) => *current = table,
@@ -209,7 +221,6 @@ impl Reloader {
             })?;
         }
         let routes = config.routes.len();
-        self.metrics.bind(&table);
         self.routes.replace(table);
         if let Some(authorities) = &self.authorities {
             start_authorities(authorities, &self.routes.current());

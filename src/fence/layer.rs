@@ -2,7 +2,7 @@
 //! resource key, reads the token, checks the lock authority's signature and `max_advance` when the
 //! route asks for them, and compare-and-advances the key's mark in the store before the inner
 //! service (and so the upstream) sees the request — unless routing gave the advance to a later
-//! layer ([`AdvanceBy`]).
+//! layer (`CompiledRoute::advance_by`).
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -11,19 +11,18 @@ use futures_util::future;
 use http::{Request, Response};
 use tower::{Layer, Service};
 
-use super::advance::{advance, refuse_stale};
 use super::authority::check_authority;
 use super::limit::check_max_advance;
+use super::store_step::FencedWrite;
 use crate::authority::Authorities;
 use crate::body::{ProxyBody, RequestBody};
 use crate::config::{FenceMode, OnStoreError};
 use crate::error::{ErrorKind, GatewayError, Origin};
-use crate::extensions::{Admission, AdvanceBy};
+use crate::extensions::Admission;
 use crate::guard::CheckedStore;
 use crate::proxy::{ProxyFuture, StackService};
-use crate::route::{CompiledRoute, RequestParts, RouteMatch};
+use crate::route::{AdvanceBy, CompiledRoute, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
-use crate::store::{decide, Advance};
 use crate::telemetry::{AccessNote, Verdict};
 use crate::token::{read_fence_header, SignatureError, TokenError};
 
@@ -84,7 +83,7 @@ where
         // The key and token are read here, so the future holds the route alone, not a copy of
         // the match's captures and path.
         let route = Arc::clone(&routed.route);
-        let by = routed.advance_by;
+        let by = route.advance_by();
         let read = read_key_and_token(&route, &routed.captures, &request);
         // The inner service was polled ready; keep that one and leave a fresh clone behind.
         let clone = self.inner.clone();
@@ -221,15 +220,14 @@ async fn admit<B>(
         }
     }
     check_authority(route, &admission, authorities).await?;
+    let write = FencedWrite::on_route(route, &admission);
     if by != AdvanceBy::Fence {
-        if let Some(mark) = store.known_mark(key) {
-            if let Advance::Stale { current } = decide(Some(mark), *token, route.fence.compare) {
-                return Err(refuse_stale(route, &admission, current));
-            }
+        if let Some(current) = store.cached_refusal(key, *token, route.fence.compare) {
+            return Err(write.stale(current));
         }
         return Ok(admission);
     }
-    advance(route, &admission, store).await?;
+    write.advance(store).await?;
     Ok(admission)
 }
 

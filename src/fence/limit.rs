@@ -39,7 +39,7 @@ pub async fn check_max_advance(
     if within_max_advance(store.known_mark(key), token, max_advance) {
         return Ok(());
     }
-    let current = super::advance::store_call(key, store_timeout, store.current(key)).await?;
+    let current = super::store_step::store_call(key, store_timeout, store.current(key)).await?;
     if within_max_advance(current, token, max_advance) {
         return Ok(());
     }

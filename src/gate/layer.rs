@@ -21,12 +21,13 @@ use crate::body::{ProxyBody, RequestBody};
 use crate::budget::MemoryBudget;
 use crate::config::Ordering;
 use crate::error::GatewayError;
-use crate::extensions::{Admission, AdvanceBy};
-use crate::fence::{advance, bounded, judge, make_advance, store_call, store_failed};
+use crate::extensions::Admission;
+use crate::fence::{store_call, store_failed, FencedWrite};
 use crate::guard::{AdvanceMade, CheckedStore};
 use crate::metrics::Metrics;
 use crate::proxy::{ProxyFuture, StackService};
-use crate::route::{CompiledRoute, RouteMatch};
+use crate::route::{AdvanceBy, CompiledRoute, RouteMatch};
+use crate::store::{Advance, StoreError};
 
 #[derive(Clone)]
 pub struct GateLayer {
@@ -111,9 +112,9 @@ where
         let extensions = request.extensions();
         let routed = extensions.get::<RouteMatch>();
         let route = routed.map(|m| &m.route);
-        let owes_advance = routed.is_some_and(|m| m.advance_by == AdvanceBy::Turn);
+        let owes_advance = route.is_some_and(|route| route.advance_by() == AdvanceBy::Turn);
         let (route, admission) = match (route, extensions.get::<Admission>()) {
-            // Routing left the advance to this gate (a serialized route on a store that takes
+            // The route leaves its advance to this gate (a serialized route on a store that takes
             // turns: PostgreSQL, Redis, etcd).
             (Some(route), Some(admission)) if owes_advance => {
                 (Arc::clone(route), Arrival::Owed(admission.clone()))
@@ -207,7 +208,7 @@ where
 enum Arrival {
     /// Its mark was advanced before it came here.
     Advanced(Admission),
-    /// Routing left its advance to the gate ([`AdvanceBy::Turn`]).
+    /// Its route leaves the advance to the gate ([`AdvanceBy::Turn`]).
     Owed(Admission),
 }
 
@@ -248,7 +249,9 @@ async fn advance_and_enter(
         (None, Ok(local)) => LocalTurn::Taken(local),
         (_, Err(busy)) => LocalTurn::Busy(busy),
     };
-    advance(route, &admission, store).await?;
+    FencedWrite::on_route(route, &admission)
+        .advance(store)
+        .await?;
     enter(gates, route, admission, local).await
 }
 
@@ -263,50 +266,24 @@ async fn lock_and_advance(
     store: &CheckedStore,
 ) -> Result<Entered, GatewayError> {
     let started = Instant::now();
-    let Admission { key, token } = &admission;
-    // The mark known before the step: an answer below it means the store forgot. Read now, not
-    // when the answer comes: by then other requests of the key may have raised it.
-    let floor = store.known_mark(key);
-    let made = |took| AdvanceMade {
-        op: "gate_advance",
-        key,
-        token: *token,
-        compare: route.fence.compare,
-        floor,
-        took,
-    };
+    let write = FencedWrite::on_route(route, &admission);
     let hold = turn_hold(route);
-    // The one step that may not compare at all: when another replica holds the key's turn, it
-    // takes nothing and advances nothing.
-    let tried = bounded(route, gate.try_enter_and_advance(key, *token, hold)).await;
-    let (pass, advanced) = match tried {
-        Ok(Ok(Some((pass, replaced)))) => {
-            let settled = store.settle_advance(made(started.elapsed()), Ok(replaced));
-            (Some(pass), Some(Ok(settled)))
-        }
-        Ok(Ok(None)) => {
+    let taken = write
+        .try_advance_with(take_and_advance(gate, store, write, hold))
+        .await?;
+    let pass = match taken {
+        Some(pass) => pass,
+        // Another replica holds the key's turn: wait for it, then advance under it.
+        None => {
             let left = route.fence.gate_timeout.saturating_sub(started.elapsed());
             let pass = gate
-                .enter(key, left, hold)
+                .enter(write.key, left, hold)
                 .await
-                .map_err(|error| cross_replica_error(route, key, error))?;
-            let call =
-                store.advance_as("gate_advance_after_wait", key, *token, route.fence.compare);
-            make_advance(route, &admission, async { Ok((call.await?, ())) }).await?;
-            (Some(pass), None)
+                .map_err(|error| cross_replica_error(route, write.key, error))?;
+            write.advance_as("gate_advance_after_wait", store).await?;
+            pass
         }
-        Ok(Err(source)) => {
-            let settled = store.settle_advance(made(started.elapsed()), Err(source));
-            (None, Some(Ok(settled)))
-        }
-        Err(elapsed) => (None, Some(Err(elapsed))),
     };
-    if let Some(advanced) = advanced {
-        judge(route, &admission, advanced)?;
-    }
-    let pass = pass.ok_or(GatewayError::Internal(
-        "a gate advance was accepted without its turn",
-    ))?;
     Ok(Entered {
         passes: Passes {
             cross_replica: Some(pass),
@@ -315,6 +292,39 @@ async fn lock_and_advance(
         admission,
         checked: true,
     })
+}
+
+/// The store step that takes the key's cross-replica turn and advances its mark, its answer
+/// checked and recorded by the guard as the guard's own advances are. `None` when another replica
+/// holds the turn: then it took nothing and compared nothing.
+async fn take_and_advance(
+    gate: &CrossReplicaGate,
+    store: &CheckedStore,
+    write: FencedWrite<'_>,
+    hold: Duration,
+) -> Result<Option<(Advance, CrossReplicaPass)>, StoreError> {
+    let started = Instant::now();
+    // The mark known before the step: an answer below it means the store forgot. Read now, not
+    // when the answer comes: by then other requests of the key may have raised it.
+    let floor = store.known_mark(write.key);
+    let tried = gate
+        .try_enter_and_advance(write.key, write.token, hold)
+        .await;
+    let (pass, replaced) = match tried {
+        Ok(None) => return Ok(None),
+        Ok(Some((pass, replaced))) => (Some(pass), Ok(replaced)),
+        Err(source) => (None, Err(source)),
+    };
+    let made = AdvanceMade {
+        op: "gate_advance",
+        key: write.key,
+        token: write.token,
+        compare: write.compare,
+        floor,
+        took: started.elapsed(),
+    };
+    let advance = store.settle_advance(made, replaced)?;
+    Ok(pass.map(|pass| (advance, pass)))
 }
 
 /// Waits for the key's turn in this process, then across replicas, within `gate_timeout`.

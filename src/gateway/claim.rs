@@ -22,12 +22,11 @@ use serde::Serialize;
 use crate::body::{full_body, ProxyBody};
 use crate::config::{Compare, FenceMode, Ordering, DEFAULT_STORE_TIMEOUT};
 use crate::error::{GatewayError, RequestError};
-use crate::fence::{check_max_advance, store_call, store_failed};
+use crate::fence::{check_max_advance, store_failed, FencedWrite};
 use crate::gate::{CrossReplicaGateError, Gates};
 use crate::guard::CheckedStore;
 use crate::reload::RouteSource;
 use crate::route::{CompiledRoute, RouteTable, MAX_RESOURCE_KEY_LEN, RESERVED_PREFIX};
-use crate::store::Advance;
 use crate::telemetry::{AccessNote, Verdict};
 use crate::token::{read_fence_header, SignatureError, SignatureKey};
 
@@ -113,24 +112,18 @@ impl Claim {
             )
             .await?;
         }
-        let advanced = store_call(
-            &key,
-            DEFAULT_STORE_TIMEOUT,
-            self.store.advance(&key, token, Compare::Monotonic),
-        )
-        .await?;
-        match advanced {
-            Advance::Accepted { previous } => {
-                self.wait_for_earlier_writes(&table, &key).await?;
-                tracing::info!(%key, token, ?previous, "claimed");
-                Ok(claimed(&key, token, previous))
-            }
-            Advance::Stale { current } => Err(GatewayError::StaleFence {
-                key,
-                token,
-                current,
-            }),
-        }
+        let write = FencedWrite {
+            key: &key,
+            token,
+            compare: Compare::Monotonic,
+            store_timeout: DEFAULT_STORE_TIMEOUT,
+            // A claim belongs to no route: it counts in none.
+            counters: None,
+        };
+        let previous = write.advance(self.store.as_ref()).await?;
+        self.wait_for_earlier_writes(&table, &key).await?;
+        tracing::info!(%key, token, ?previous, "claimed");
+        Ok(claimed(&key, token, previous))
     }
 }
 

@@ -83,13 +83,9 @@ impl Gateway {
             fences: Arc::clone(&store),
         };
         let routed = ServiceBuilder::new()
-            // First: find the route, so every later layer knows the route's settings, and decide
-            // which layer makes a fenced write's advance (`AdvanceBy`).
-            .layer(RoutingLayer::new(
-                Arc::clone(&routes),
-                Arc::clone(&metrics),
-                gates.cross_replica.is_some(),
-            ))
+            // First: find the route, so every later layer knows the route's settings (among
+            // them which layer makes a fenced write's advance, `CompiledRoute::advance_by`).
+            .layer(RoutingLayer::new(Arc::clone(&routes), Arc::clone(&metrics)))
             // Before anything can reach the upstream: refuse stale generations (I1, I2), and
             // tokens whose lease the route's lock authority saw end.
             .layer(FenceLayer::new(Arc::clone(&store), authorities))

@@ -13,9 +13,8 @@ use tower::{Layer, Service};
 
 use crate::body::{ProxyBody, RequestBody};
 use crate::checks::check_destination;
-use crate::config::{FenceMode, OnStoreError, Ordering};
 use crate::error::{GatewayError, Origin, RequestError};
-use crate::extensions::{AdvanceBy, GatewayReplay};
+use crate::extensions::GatewayReplay;
 use crate::metrics::Metrics;
 use crate::reload::RouteSource;
 use crate::route::{
@@ -28,23 +27,11 @@ use crate::telemetry::AccessNote;
 pub struct RoutingLayer {
     routes: Arc<RouteSource>,
     metrics: Arc<Metrics>,
-    turns_advance: bool,
 }
 
 impl RoutingLayer {
-    /// `turns_advance`: the store can advance a key's mark in the step that takes the key's
-    /// cross-replica turn (PostgreSQL, Redis and etcd all can), so serialized routes leave the
-    /// advance to the gate.
-    pub fn new(
-        routes: Arc<RouteSource>,
-        metrics: Arc<Metrics>,
-        turns_advance: bool,
-    ) -> RoutingLayer {
-        RoutingLayer {
-            routes,
-            metrics,
-            turns_advance,
-        }
+    pub fn new(routes: Arc<RouteSource>, metrics: Arc<Metrics>) -> RoutingLayer {
+        RoutingLayer { routes, metrics }
     }
 }
 
@@ -55,7 +42,6 @@ impl<S> Layer<S> for RoutingLayer {
         Routing {
             routes: Arc::clone(&self.routes),
             metrics: Arc::clone(&self.metrics),
-            turns_advance: self.turns_advance,
             inner,
         }
     }
@@ -65,7 +51,6 @@ impl<S> Layer<S> for RoutingLayer {
 pub struct Routing<S> {
     routes: Arc<RouteSource>,
     metrics: Arc<Metrics>,
-    turns_advance: bool,
     inner: S,
 }
 
@@ -112,12 +97,8 @@ where
         }
         // A chunked (or lying) body is cut off where it passes the limit; the proxy answers 413.
         request.body_mut().limit_to(route.max_body as u64);
-        let advance_by = advance_by(route, self.turns_advance);
         let route = Arc::clone(route);
-        request.extensions_mut().insert(RouteMatch {
-            advance_by,
-            ..routed
-        });
+        request.extensions_mut().insert(routed);
         let inflight = InFlight::new(Arc::clone(&route), &metrics);
         let method = request.method().clone();
         let started = Instant::now();
@@ -137,28 +118,6 @@ where
             result.map_err(|error| error.on_route(route.name.clone()))
         }
         .boxed()
-    }
-}
-
-/// Which layer makes the route's compare-and-advance: the idempotency layer on an idempotent
-/// route (with beginning the intent), else the ordering gate on a serialized route when the store
-/// takes turns and advances in one step, else the fence. Only under `mode = "enforce"` with
-/// `on_store_error = "fail_closed"`, where a refused advance always ends the request: observe
-/// and fail-open routes forward past a refusal, so the fence makes theirs before anything else.
-fn advance_by(route: &CompiledRoute, turns_advance: bool) -> AdvanceBy {
-    let later = if route.idempotency.is_some() {
-        AdvanceBy::Intent
-    } else if turns_advance && route.fence.ordering == Ordering::Serialize {
-        AdvanceBy::Turn
-    } else {
-        return AdvanceBy::Fence;
-    };
-    let ends_on_refusal = route.fence.mode == FenceMode::Enforce
-        && route.fence.on_store_error == OnStoreError::FailClosed;
-    if ends_on_refusal {
-        later
-    } else {
-        AdvanceBy::Fence
     }
 }
 
@@ -337,81 +296,5 @@ pub fn outcome_label(result: &Result<Response<ProxyBody>, GatewayError>) -> &'st
         Ok(_) => "forwarded",
         Err(e) if e.origin() == Origin::Client => "refused",
         Err(_) => "failed",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::advance_by;
-    use crate::config::parse_str;
-    use crate::extensions::AdvanceBy;
-    use crate::route::RouteTable;
-
-    /// One route per line of the decision, named by what it should get.
-    const ROUTES: &str = r#"
-[server]
-listen = "127.0.0.1:0"
-
-[[routes]]
-name = "plain"
-path = "/plain/{id}"
-upstream = "http://127.0.0.1:9"
-resource_key = "p:{id}"
-[routes.fence]
-ordering = "none"
-
-[[routes]]
-name = "serialized"
-path = "/serialized/{id}"
-upstream = "http://127.0.0.1:9"
-resource_key = "s:{id}"
-
-[[routes]]
-name = "idempotent"
-path = "/idempotent/{id}"
-upstream = "http://127.0.0.1:9"
-resource_key = "i:{id}"
-[routes.fence]
-ordering = "serialize"
-[routes.idempotency]
-key = "pay:{id}"
-
-[[routes]]
-name = "observed"
-path = "/observed/{id}"
-upstream = "http://127.0.0.1:9"
-resource_key = "o:{id}"
-[routes.fence]
-mode = "observe"
-ordering = "serialize"
-[routes.idempotency]
-key = "pay:{id}"
-
-[[routes]]
-name = "open"
-path = "/open/{id}"
-upstream = "http://127.0.0.1:9"
-resource_key = "f:{id}"
-[routes.fence]
-on_store_error = "fail_open"
-ordering = "serialize"
-"#;
-
-    #[test]
-    fn routing_gives_the_advance_to_one_layer() {
-        let config = parse_str(ROUTES, std::path::Path::new("t.toml")).unwrap();
-        let table = RouteTable::compile(&config.routes).unwrap();
-        let by =
-            |name: &str, turns_advance: bool| advance_by(table.get(name).unwrap(), turns_advance);
-        for turns_advance in [false, true] {
-            assert_eq!(by("plain", turns_advance), AdvanceBy::Fence);
-            // The intent's begin goes with the advance, even where the gate could make it.
-            assert_eq!(by("idempotent", turns_advance), AdvanceBy::Intent);
-            // A route that forwards past a refusal has its advance made before anything else.
-            assert_eq!(by("observed", turns_advance), AdvanceBy::Fence);
-            assert_eq!(by("open", turns_advance), AdvanceBy::Fence);
-        }
-        assert_eq!(by("serialized", false), AdvanceBy::Fence);
-        assert_eq!(by("serialized", true), AdvanceBy::Turn);
     }
 }

@@ -1,10 +1,10 @@
-//! The compare-and-advance of an idempotent route's write, which routing gives to this layer
-//! (`AdvanceBy::Intent`), made together with beginning the intent: in one store round where the backend has one
-//! (`CheckedStore::advance_and_begin`), else the advance and then the begin, as before.
+//! The compare-and-advance of an idempotent route's write, which the route leaves to this layer
+//! (`AdvanceBy::Intent`), made together with beginning the intent: in one store round where the
+//! backend has one (`CheckedStore::advance_and_begin`), else the advance and then the begin.
 
 use crate::error::GatewayError;
 use crate::extensions::Admission;
-use crate::fence::{advance, make_advance, store_answer};
+use crate::fence::{store_failed, FencedWrite};
 use crate::guard::CheckedStore;
 use crate::route::CompiledRoute;
 use crate::store::{BeginRequest, Begun, IntentStore};
@@ -20,10 +20,10 @@ pub struct IntentBackend {
 /// What beginning the intent of an admitted request answered.
 pub(super) type BeginAnswer = Result<Begun, GatewayError>;
 
-/// Makes the advance of `admission`, which routing left to this layer, and once it is accepted
-/// begins `begin`. A refused advance is the request's answer (`Err`, judged and counted in
-/// `fence::make_advance`); otherwise the begin's own answer. `begin_in_turn` makes the begin when
-/// the backend cannot fold it into the advance.
+/// Makes the advance of `admission`, which its route leaves to this layer, and once it is
+/// accepted begins `begin`. A refused advance is the request's answer (`Err`, judged and counted
+/// by `fence::FencedWrite`); otherwise the begin's own answer. `begin_in_turn` makes the begin
+/// when the backend cannot fold it into the advance.
 pub(super) async fn advance_and_begin<F>(
     route: &CompiledRoute,
     admission: &Admission,
@@ -34,24 +34,28 @@ pub(super) async fn advance_and_begin<F>(
 where
     F: std::future::Future<Output = BeginAnswer>,
 {
-    let compare = route.fence.compare;
-    let (key, token) = (&admission.key, admission.token);
+    let write = FencedWrite::on_route(route, admission);
     let record_key = begin.key.clone();
-    let begin = match backend.fences.advance_and_begin(key, token, compare, begin) {
+    let begin = match backend
+        .fences
+        .advance_and_begin(write.key, write.token, write.compare, begin)
+    {
         Ok(call) => {
             let step = async {
                 let answer = call.await?;
                 Ok((answer.advance, answer.begun))
             };
-            let begun = make_advance(route, admission, step).await?;
-            let begun = begun.ok_or(GatewayError::Internal(
-                "an accepted advance came back without its intent",
-            ))?;
+            let begun = write
+                .advance_with(step)
+                .await?
+                .ok_or(GatewayError::Internal(
+                    "an accepted advance came back without its intent",
+                ))?;
             // The intent's begin failed after the advance was made: the store failed.
-            return store_answer(&record_key, route.fence.store_timeout, Ok(begun));
+            return begun.map_err(|source| store_failed(&record_key, source));
         }
         Err(begin) => *begin,
     };
-    advance(route, admission, backend.fences.as_ref()).await?;
+    write.advance(backend.fences.as_ref()).await?;
     begin_in_turn(begin).await
 }

@@ -19,13 +19,13 @@ use crate::body::{full_body, ProxyBody, RequestBody};
 use crate::budget::{Budgeted, MemoryBudget};
 use crate::config::{ClientKey, UnknownOutcome, WhenMissing};
 use crate::error::GatewayError;
-use crate::extensions::{Admission, AdvanceBy, GatewayReplay};
-use crate::fence::{advance, store_call};
+use crate::extensions::{Admission, GatewayReplay};
+use crate::fence::{store_call, FencedWrite};
 use crate::proxy::{
     read_prefix, read_request, Prefix, Prefixed, ProxyFuture, ReadFailure, StackService,
 };
 use crate::route::IdempotencySettings;
-use crate::route::{CompiledRoute, Inject, RenderError, RequestParts, RouteMatch};
+use crate::route::{AdvanceBy, CompiledRoute, Inject, RenderError, RequestParts, RouteMatch};
 use crate::stats::RouteCounters;
 use crate::store::{BeginRequest, Begun, IntentStore, Resolution, StoredOutcome};
 use crate::telemetry::{AccessNote, Verdict};
@@ -116,7 +116,7 @@ where
     };
     let intents = backend.intents.as_ref();
     let admission = request.extensions().get::<Admission>().cloned();
-    let owes_advance = routed.advance_by == AdvanceBy::Intent;
+    let owes_advance = route.advance_by() == AdvanceBy::Intent;
     let (mut parts, body) = request.into_parts();
     let (body, request_held) = read_request(body, settings.max_request_body, budget)
         .await
@@ -141,10 +141,12 @@ where
             match settings.when_missing {
                 WhenMissing::Refuse => return Err(GatewayError::KeyUnavailable { error }),
                 WhenMissing::Passthrough => {
-                    // Not keyed, not recorded; but a write whose advance routing left to this
+                    // Not keyed, not recorded; but a write whose route leaves its advance to this
                     // layer is fenced here all the same.
                     if let Some(admission) = admission.as_ref().filter(|_| owes_advance) {
-                        advance(route, admission, backend.fences.as_ref()).await?;
+                        FencedWrite::on_route(route, admission)
+                            .advance(backend.fences.as_ref())
+                            .await?;
                     }
                     return inner
                         .call(Request::from_parts(parts, RequestBody::full(body)))
@@ -195,7 +197,7 @@ where
     };
     let timeout = route.fence.store_timeout;
     let begun = match admission.filter(|_| owes_advance) {
-        // Routing left the compare-and-advance to this layer: made now, with the begin.
+        // The route leaves the compare-and-advance to this layer: made now, with the begin.
         Some(admission) => {
             advance_and_begin(route, &admission, backend, begin, |begin| {
                 store_call(&record_key, timeout, intents.begin(begin))

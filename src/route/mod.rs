@@ -2,6 +2,7 @@
 //! patterns, and rendering the resource key of the match. Compiled once from the configuration;
 //! read-only on the request path.
 
+mod advance_by;
 mod canonical;
 mod fold;
 mod idempotency;
@@ -12,6 +13,7 @@ mod template;
 mod upstream;
 mod upstream_headers;
 
+pub use advance_by::AdvanceBy;
 pub use canonical::{canonicalize, CanonicalPath, PathRefusal, MAX_CAPTURE_LEN};
 pub use fold::same_ignoring_case;
 pub use idempotency::{

@@ -6,6 +6,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, Method};
 use smallvec::SmallVec;
 
+use super::advance_by::{AdvanceBy, InstalledOwner};
 use super::idempotency::IdempotencySettings;
 use super::upstream::UpstreamTarget;
 use super::upstream_headers::{compile_strip_list, UpstreamHeaders};
@@ -15,7 +16,6 @@ use crate::config::{
     CollectionWrites, Compare, FenceMode, FormatSuffix, OnStoreError, Ordering, PathParameters,
     RouteConfig,
 };
-use crate::extensions::AdvanceBy;
 use crate::input_type::InputType;
 use crate::stats::{RouteCounters, RouteMetrics};
 use crate::tls::UpstreamTls;
@@ -61,6 +61,9 @@ pub struct CompiledRoute {
     pub idempotency: Option<IdempotencySettings>,
     /// Set once by `Metrics::bind` when the table is installed; read through [`Self::counters`].
     pub fence_counters: OnceLock<RouteCounters>,
+    /// Which layer makes the route's advance, set once when the table is installed; read
+    /// through [`Self::advance_by`].
+    pub advance_owner: InstalledOwner,
     /// The route's series of the labelled metrics, set by `Metrics::of_route` on first use.
     pub metrics: OnceLock<RouteMetrics>,
 }
@@ -91,6 +94,35 @@ impl CompiledRoute {
     /// gateway, detached ones before.
     pub fn counters(&self) -> &RouteCounters {
         self.fence_counters.get_or_init(RouteCounters::detached)
+    }
+
+    /// Which layer makes this route's compare-and-advance (the fence, before the table is
+    /// installed in a gateway).
+    pub fn advance_by(&self) -> AdvanceBy {
+        self.advance_owner.get()
+    }
+
+    /// The owner of this route's advance: the idempotency layer on an idempotent route (with
+    /// beginning the intent), else the ordering gate on a serialized route when the store takes
+    /// turns and advances in one step (`turns_advance`: PostgreSQL, Redis and etcd), else the
+    /// fence. Only under `mode = "enforce"` with `on_store_error = "fail_closed"`, where a refused
+    /// advance always ends the request: observe and fail-open routes forward past a refusal, so
+    /// the fence makes theirs before anything else.
+    pub fn owner(&self, turns_advance: bool) -> AdvanceBy {
+        let later = if self.idempotency.is_some() {
+            AdvanceBy::Intent
+        } else if turns_advance && self.fence.ordering == Ordering::Serialize {
+            AdvanceBy::Turn
+        } else {
+            return AdvanceBy::Fence;
+        };
+        let ends_on_refusal = self.fence.mode == FenceMode::Enforce
+            && self.fence.on_store_error == OnStoreError::FailClosed;
+        if ends_on_refusal {
+            later
+        } else {
+            AdvanceBy::Fence
+        }
     }
 
     /// Whether a request with this method goes through the fence check.
@@ -161,9 +193,6 @@ pub struct RouteMatch {
     pub captures: Captures,
     /// The canonical path that matched, as it is forwarded.
     pub path: String,
-    /// Which layer makes the request's compare-and-advance: decided by routing, from the route
-    /// and the store, and carried here rather than in an extension of its own.
-    pub advance_by: AdvanceBy,
 }
 
 /// Why a route did not compile; `field` is relative to the route.
@@ -314,11 +343,19 @@ impl RouteTable {
                     route: Arc::clone(route),
                     captures: found.captures,
                     path: found.path,
-                    advance_by: AdvanceBy::default(),
                 }));
             }
         }
         Ok(None)
+    }
+
+    /// Decides, once, which layer makes each route's advance, for a gateway whose store does
+    /// (`turns_advance`) or does not take a key's turn and advance in one step. Called when the
+    /// table is installed, before it serves.
+    pub fn install_owners(&self, turns_advance: bool) {
+        for route in &self.routes {
+            route.advance_owner.set(route.owner(turns_advance));
+        }
     }
 
     pub fn routes(&self) -> impl Iterator<Item = &Arc<CompiledRoute>> {
@@ -497,6 +534,7 @@ fn compile_route(config: &RouteConfig) -> Result<CompiledRoute, RouteError> {
             authority,
         },
         fence_counters: OnceLock::new(),
+        advance_owner: InstalledOwner::default(),
         metrics: OnceLock::new(),
     };
     let typed_inputs = route.key_templates().any(KeyTemplate::has_typed_inputs);

@@ -1,12 +1,13 @@
 //! How an admin call fails: every failure is a problem document (application/problem+json)
-//! from the same table of kinds ([`ErrorKind`]) as the data plane's refusals.
+//! from the same table of kinds ([`ErrorKind`]) as the data plane's refusals, answered by the
+//! same function (`error::answer`), `Retry-After` included.
 
 use std::time::Duration;
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::{ErrorKind, Level};
+use crate::error::{answer, ErrorKind, Facts, Level};
 use crate::store::StoreError;
 
 /// Every way an admin call fails.
@@ -67,18 +68,22 @@ impl IntoResponse for AdminError {
         if matches!(kind.spec().level, Level::Warn | Level::Error) {
             tracing::warn!(error = %self, "admin call failed");
         }
-        let mut problem = kind.problem(self.to_string());
+        let mut facts = Facts::default();
         match &self {
             AdminError::NoMark { key }
             | AdminError::NoIntent { key }
-            | AdminError::IntentNotSubmitting { key, .. } => problem.key = Some(key.clone()),
+            | AdminError::IntentNotSubmitting { key, .. } => facts.key = Some(key.clone()),
             AdminError::MarkNotLowered { key, current } => {
-                problem.key = Some(key.clone());
-                problem.current_fence = Some(*current);
+                facts.key = Some(key.clone());
+                facts.current_fence = Some(*current);
             }
             _ => {}
         }
+        let (problem, extra) = answer(kind, self.to_string(), facts);
         let mut response = problem.into_response().map(axum::body::Body::new);
+        if let Some((name, value)) = extra {
+            response.headers_mut().insert(name, value);
+        }
         if let AdminError::Unauthorized = self {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -86,5 +91,57 @@ impl IntoResponse for AdminError {
             );
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::http::header;
+    use axum::response::IntoResponse;
+
+    use super::AdminError;
+    use crate::error::{GatewayError, RequestError};
+    use crate::store::StoreError;
+
+    /// A store that fails an admin call is answered as it is on the data plane: same status,
+    /// same type, and the table's `Retry-After`.
+    #[test]
+    fn a_store_failure_is_answered_as_the_data_plane_answers_it() {
+        let after = Duration::from_secs(2);
+        let cases = [
+            (
+                AdminError::StoreTimeout(after),
+                GatewayError::StoreTimeout {
+                    key: "k".to_owned(),
+                    after,
+                },
+            ),
+            (
+                AdminError::Store(StoreError::Closed),
+                GatewayError::StoreFailed {
+                    key: "k".to_owned(),
+                    source: StoreError::Closed,
+                },
+            ),
+        ];
+        for (admin, data) in cases {
+            let name = admin.to_string();
+            let admin = admin.into_response();
+            let (problem, header) = RequestError::from(data).answer();
+            assert_eq!(admin.status().as_u16(), problem.status, "{name}");
+            let retry = header.filter(|(name, _)| name == header::RETRY_AFTER);
+            let expected = retry.map(|(_, value)| value);
+            assert!(
+                expected.is_some(),
+                "{name}: the data plane says when to retry"
+            );
+            assert_eq!(
+                admin.headers().get(header::RETRY_AFTER),
+                expected.as_ref(),
+                "{name}"
+            );
+        }
     }
 }

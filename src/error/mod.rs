@@ -3,13 +3,15 @@
 //! one table (`kind.rs`); the route is attached once, by routing, as a [`RequestError`], which is
 //! what turns into the problem response and the log line — in exactly one place.
 
+mod answer;
 mod kind;
 
+pub use answer::{answer, Facts, X_FENCE_CURRENT};
 pub use kind::{ErrorKind, KindSpec, Level, Origin, Retry};
 
 use std::time::Duration;
 
-use http::{header, HeaderName, HeaderValue, Response};
+use http::{HeaderName, HeaderValue, Response};
 
 use crate::body::ProxyBody;
 use crate::checks::{DestinationRefusal, HostRefusal};
@@ -18,11 +20,6 @@ use crate::request_id::RequestId;
 use crate::route::{MethodRefusal, PathRefusal, RenderError};
 use crate::store::StoreError;
 use crate::token::{SignatureError, TokenError};
-
-/// Header naming the key's high-water mark on a stale-fence refusal.
-pub const X_FENCE_CURRENT: HeaderName = HeaderName::from_static("x-fence-current");
-/// Seconds a client should wait before retrying a failure of kind [`Retry::Soon`].
-const RETRY_SOON_SECS: &str = "1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -368,26 +365,14 @@ impl RequestError {
     }
 
     /// The answer without its body type: the problem document and the one header it adds, if
-    /// any (`Retry-After`, `X-Fence-Current` or `Allow`).
+    /// any (`Retry-After`, `X-Fence-Current` or `Allow`), through [`answer`] as every failure's.
     pub fn answer(self) -> (Problem, Option<(HeaderName, HeaderValue)>) {
         let RequestError { error, route } = self;
-        let kind = error.kind();
         let detail = error.detail_on(route.as_deref());
-        let mut problem = kind.problem(detail);
-        problem.key = error.key().map(str::to_owned);
-        problem.route = route;
-        let mut extra: Option<(HeaderName, HeaderValue)> = match kind.spec().retry {
-            Retry::No => None,
-            Retry::Soon => Some((
-                header::RETRY_AFTER,
-                HeaderValue::from_static(RETRY_SOON_SECS),
-            )),
-            Retry::After => match &error {
-                GatewayError::RequestInProgress {
-                    retry_after_secs, ..
-                } => Some((header::RETRY_AFTER, HeaderValue::from(*retry_after_secs))),
-                _ => None,
-            },
+        let mut facts = Facts {
+            key: error.key().map(str::to_owned),
+            route,
+            ..Facts::default()
         };
         match &error {
             GatewayError::TooFarAhead {
@@ -396,27 +381,28 @@ impl RequestError {
                 max_advance,
                 ..
             } => {
-                problem.fence = Some(*token);
-                problem.current_fence = Some(*current);
-                problem.max_advance = Some(*max_advance);
-                extra = Some((X_FENCE_CURRENT, HeaderValue::from(*current)));
+                facts.fence = Some(*token);
+                facts.current_fence = Some(*current);
+                facts.max_advance = Some(*max_advance);
+                facts.fence_header = true;
             }
             GatewayError::StaleFence { token, current, .. }
             | GatewayError::Superseded { token, current, .. } => {
-                problem.fence = Some(*token);
-                problem.current_fence = Some(*current);
-                extra = Some((X_FENCE_CURRENT, HeaderValue::from(*current)));
+                facts.fence = Some(*token);
+                facts.current_fence = Some(*current);
+                facts.fence_header = true;
             }
             GatewayError::LeaseEnded { token, holder, .. } => {
-                problem.fence = Some(*token);
-                problem.current_fence = *holder;
+                facts.fence = Some(*token);
+                facts.current_fence = *holder;
             }
-            GatewayError::MethodNotAllowed { allow } => {
-                extra = Some((header::ALLOW, HeaderValue::from_static(allow)));
-            }
+            GatewayError::MethodNotAllowed { allow } => facts.allow = Some(allow),
+            GatewayError::RequestInProgress {
+                retry_after_secs, ..
+            } => facts.retry_after_secs = Some(*retry_after_secs),
             _ => {}
         }
-        (problem, extra)
+        answer(error.kind(), detail, facts)
     }
 
     fn log(&self, request_id: &RequestId) {

@@ -41,16 +41,15 @@
 //! - [`proxy`]: header rules (hop-by-hop, `Via`, `Forwarded`), the stack's shared shapes and
 //!   forwarding.
 //! - [`upstream_auth`]: credentials the gateway obtains for an upstream itself (OAuth2 client
-//!   credentials), cached and renewed; [`secret`]: where every configured secret is read from.
+//!   credentials), cached and renewed.
 //! - [`tls`]: PEM files, the listeners' reloadable TLS settings, upstream TLS, and why a
 //!   handshake with an upstream failed.
 //! - [`embed`]: the fence as a tower layer for a service's own handlers, without the proxy.
 //!
 //! Shared by all of them, depending on none: [`body`] (the body types), [`extensions`] (what the
-//! layers hand each other in request extensions), [`problem`] (RFC 9457 documents),
-//! [`input_type`] (typed key inputs, `{id:int}`, and the rule for untyped ones, shared by route
-//! patterns, key templates and lock mappings). And around
-//! them: [`error`] (every failure as a kind in one table, answered as problem details),
+//! layers hand each other in request extensions), [`input_type`] (typed key inputs, `{id:int}`,
+//! and the rule for untyped ones, shared by route patterns, key templates and lock mappings).
+//! And around them: [`error`] (every failure as a kind in one table, answered as RFC 9457 problem details),
 //! [`stats`] (per-route counters), [`metrics`] (the Prometheus registry), [`reload`] (the route
 //! table in force, swapped on SIGHUP or `POST /admin/reload`), [`admin`] (metrics, health, marks,
 //! routes, intents), [`app`] (one way to start: `App::build` → `serve`) and [`logging`] (text or
@@ -87,12 +86,10 @@ pub mod idempotency;
 pub mod input_type;
 pub mod logging;
 pub mod metrics;
-pub mod problem;
 pub mod proxy;
 pub mod reload;
 pub mod request_id;
 pub mod route;
-pub mod secret;
 pub mod server;
 pub mod stats;
 pub mod store;

@@ -133,7 +133,7 @@ fn etcd_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
     } else {
         "fence.authority.password_env"
     };
-    let password = crate::secret::read_allowing_empty(
+    let password = crate::config::secret::read_allowing_empty(
         "password",
         config.password_env.as_deref(),
         config.password_file.as_deref(),

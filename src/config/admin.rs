@@ -39,7 +39,7 @@ impl AdminConfig {
     pub fn bearer_token(&self) -> Result<Option<String>, String> {
         match &self.token {
             Some(token) => Ok(Some(token.clone())),
-            None => crate::secret::read(
+            None => super::secret::read(
                 "token",
                 self.token_env.as_deref(),
                 self.token_file.as_deref(),

@@ -3,6 +3,7 @@
 //! One file per table: `server.rs`, `store.rs`, `route.rs` (with `[routes.idempotency]`),
 //! `fence.rs` (`[routes.fence]`), `authority.rs` (`[routes.fence.authority]`), `admin.rs`,
 //! `tls.rs` (every TLS table), `upstream_auth.rs` (`[routes.upstream_auth]`); `Config`, the whole file, here.
+//! `secret.rs` reads the secrets the file names (from the environment or a file).
 
 mod admin;
 mod authority;
@@ -13,6 +14,7 @@ mod features;
 mod fence;
 mod load;
 mod route;
+pub mod secret;
 mod sections;
 mod server;
 mod store;

@@ -5,7 +5,7 @@
 use http::{header, HeaderName, HeaderValue};
 
 use super::kind::{ErrorKind, Retry};
-use crate::problem::Problem;
+use super::problem::Problem;
 
 /// Seconds a client should wait before retrying a failure of kind [`Retry::Soon`].
 const RETRY_SOON_SECS: &str = "1";

@@ -4,7 +4,7 @@
 
 use http::StatusCode;
 
-use crate::problem::Problem;
+use super::problem::Problem;
 
 /// Who caused a failure: decides whether a retry may help and how loudly it is logged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,9 +5,11 @@
 
 mod answer;
 mod kind;
+mod problem;
 
 pub use answer::{answer, Facts, X_FENCE_CURRENT};
 pub use kind::{ErrorKind, KindSpec, Level, Origin, Retry};
+pub use problem::{Problem, PROBLEM_TYPE_BASE};
 
 use std::time::Duration;
 
@@ -15,7 +17,6 @@ use http::{HeaderName, HeaderValue, Response};
 
 use crate::body::ProxyBody;
 use crate::checks::{DestinationRefusal, HostRefusal};
-use crate::problem::Problem;
 use crate::request_id::RequestId;
 use crate::route::{MethodRefusal, PathRefusal, RenderError};
 use crate::store::StoreError;

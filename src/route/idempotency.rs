@@ -161,7 +161,7 @@ impl IdempotencySettings {
         let names = pattern.param_names().chain(TEMPLATE_EXTRAS);
         let key = KeyTemplate::parse(&config.key, names)
             .map_err(|e| error("idempotency.key", e.to_string()))?;
-        let hmac_secret = crate::secret::read(
+        let hmac_secret = crate::config::secret::read(
             "hmac_secret",
             config.hmac_secret_env.as_deref(),
             config.hmac_secret_file.as_deref(),

@@ -104,7 +104,7 @@ fn expand(
             .ok_or_else(|| HeaderError(format!("{header}: \"${{\" without a closing \"}}\"")))?;
         let variable = &after[..end];
         if let Some(path) = variable.strip_prefix("file:") {
-            let text = crate::secret::from_file(std::path::Path::new(path))
+            let text = crate::config::secret::from_file(std::path::Path::new(path))
                 .map_err(|e| HeaderError(format!("{header}: {e}")))?;
             out.push_str(&text);
             rest = &after[end + 1..];

@@ -126,7 +126,7 @@ pub fn signature_key_from(
     if secret_env.is_some_and(str::is_empty) {
         return Err(error(field, "must name an environment variable".to_owned()));
     }
-    let Some(secret) = crate::secret::read("signature_secret", secret_env, secret_file)
+    let Some(secret) = crate::config::secret::read("signature_secret", secret_env, secret_file)
         .map_err(|e| error(field, e.to_string()))?
     else {
         return Ok(None);

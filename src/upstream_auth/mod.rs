@@ -113,13 +113,13 @@ impl UpstreamAuth {
         let token_url = token_url(&config.token_url)?;
         let client_id = match (
             &config.client_id,
-            crate::secret::read(
+            crate::config::secret::read(
                 "client_id",
                 config.client_id_env.as_deref(),
                 config.client_id_file.as_deref(),
             ),
         ) {
-            (Some(_), Ok(Some(_)) | Err(crate::secret::SecretError::Both { .. })) => {
+            (Some(_), Ok(Some(_)) | Err(crate::config::secret::SecretError::Both { .. })) => {
                 return Err(invalid(
                     "client_id",
                     "give one of client_id, client_id_env and client_id_file",
@@ -135,7 +135,7 @@ impl UpstreamAuth {
             }
             (_, Err(e)) => return Err(invalid("client_id", e.to_string())),
         };
-        let client_secret = crate::secret::read(
+        let client_secret = crate::config::secret::read(
             "client_secret",
             config.client_secret_env.as_deref(),
             config.client_secret_file.as_deref(),

@@ -86,7 +86,7 @@ impl EtcdStore {
             detail,
         };
         let endpoints = config.endpoints.join(", ");
-        let password = crate::secret::read_allowing_empty(
+        let password = crate::config::secret::read_allowing_empty(
             "password",
             config.password_env.as_deref(),
             config.password_file.as_deref(),

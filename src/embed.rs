@@ -155,19 +155,17 @@ where
 }
 
 /// Renders the key, reads the token and compare-and-advances the mark.
-async fn admit(settings: &Settings, request: &http::request::Parts) -> Result<(), GatewayError> {
+async fn admit(settings: &Settings, request: &http::request::Parts) -> Result<(), RequestError> {
     let head = RequestHead {
         method: &request.method,
         uri: &request.uri,
         headers: &request.headers,
     };
     let key = (settings.key_of)(&head).ok_or(GatewayError::NoResourceKey)?;
-    let token = read_fence_header(&request.headers, &settings.header).map_err(|error| {
-        GatewayError::Token {
-            key: key.clone(),
-            error,
-        }
-    })?;
+    let token = match read_fence_header(&request.headers, &settings.header) {
+        Ok(token) => token,
+        Err(error) => return Err(GatewayError::Token { error }.for_key(key)),
+    };
     let write = FencedWrite {
         key: &key,
         token,
@@ -180,8 +178,8 @@ async fn admit(settings: &Settings, request: &http::request::Parts) -> Result<()
 
 /// The refusal as the gateway answers it: problem details, with `X-Fence-Current` or
 /// `Retry-After` where the gateway sends them.
-fn refuse<R: From<Bytes>>(refusal: GatewayError) -> Response<R> {
-    let (problem, extra) = RequestError::from(refusal).answer();
+fn refuse<R: From<Bytes>>(refusal: RequestError) -> Response<R> {
+    let (problem, extra) = refusal.answer();
     let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = Response::new(R::from(Bytes::from(problem.to_json())));
     *response.status_mut() = status;

@@ -102,7 +102,7 @@ mod tests {
     use axum::response::IntoResponse;
 
     use super::AdminError;
-    use crate::error::{GatewayError, RequestError};
+    use crate::error::GatewayError;
     use crate::store::StoreError;
 
     /// A store that fails an admin call is answered as it is on the data plane: same status,
@@ -113,15 +113,11 @@ mod tests {
         let cases = [
             (
                 AdminError::StoreTimeout(after),
-                GatewayError::StoreTimeout {
-                    key: "k".to_owned(),
-                    after,
-                },
+                GatewayError::StoreTimeout { after },
             ),
             (
                 AdminError::Store(StoreError::Closed),
                 GatewayError::StoreFailed {
-                    key: "k".to_owned(),
                     source: StoreError::Closed,
                 },
             ),
@@ -129,7 +125,7 @@ mod tests {
         for (admin, data) in cases {
             let name = admin.to_string();
             let admin = admin.into_response();
-            let (problem, header) = RequestError::from(data).answer();
+            let (problem, header) = data.for_key("k").answer();
             assert_eq!(admin.status().as_u16(), problem.status, "{name}");
             let retry = header.filter(|(name, _)| name == header::RETRY_AFTER);
             let expected = retry.map(|(_, value)| value);

@@ -1,7 +1,9 @@
-//! Every way a request can fail inside the gateway. A failure is a [`GatewayError`] (what went
-//! wrong, with the key and figures it concerns); its [`ErrorKind`] looks up everything else in
-//! one table (`kind.rs`); the route is attached once, by routing, as a [`RequestError`], which is
-//! what turns into the problem response and the log line — in exactly one place.
+//! Every way a request can fail inside the gateway, as one value, [`RequestError`]: what went
+//! wrong (a [`GatewayError`], with the figures it concerns, whose [`ErrorKind`] looks up
+//! everything else in one table, `kind.rs`) and its context, each part attached once by the code
+//! that knows it — the resource key where a key's token, mark, turn or store step failed, the
+//! route by routing. It turns into the problem response (`answer.rs`, shared with the admin API)
+//! and the log line in exactly one place.
 
 mod answer;
 mod kind;
@@ -50,48 +52,32 @@ pub enum GatewayError {
     AmbiguousFraming,
     #[error("{error}")]
     KeyUnavailable { error: RenderError },
-    #[error("key {key}: {error}")]
-    Token { key: String, error: TokenError },
-    #[error("key {key}: {error}")]
-    Signature { key: String, error: SignatureError },
-    #[error(
-        "key {key}: token {token} is more than {max_advance} above the high-water mark {current}"
-    )]
+    #[error("{error}")]
+    Token { error: TokenError },
+    #[error("{error}")]
+    Signature { error: SignatureError },
+    #[error("token {token} is more than {max_advance} above the high-water mark {current}")]
     TooFarAhead {
-        key: String,
         token: u64,
         current: u64,
         max_advance: u64,
     },
-    #[error("key {key}: token {token} is below the high-water mark {current}")]
-    StaleFence {
-        key: String,
-        token: u64,
-        current: u64,
-    },
-    #[error("key {key}: token {token} is not the lock's current holder ({}): its lease ended", holder.map_or_else(|| "no one holds it".to_owned(), |h| format!("held with token {h}")))]
-    LeaseEnded {
-        key: String,
-        token: u64,
-        holder: Option<u64>,
-    },
-    #[error("key {key}: the lock authority cannot be consulted: {detail}")]
-    AuthorityUnavailable { key: String, detail: String },
-    #[error("key {key}: token {token} was superseded by {current} while it waited for its turn")]
-    Superseded {
-        key: String,
-        token: u64,
-        current: u64,
-    },
-    #[error("key {key}: earlier writes of the key were still in flight after {after:?}")]
-    GateTimeout { key: String, after: Duration },
-    #[error("key {key}: the forward outlasted its key's turn and was cut")]
-    TurnLapsed { key: String },
-    #[error("key {key}: the fence store did not answer within {after:?}")]
-    StoreTimeout { key: String, after: Duration },
-    #[error("key {key}: {source}")]
+    #[error("token {token} is below the high-water mark {current}")]
+    StaleFence { token: u64, current: u64 },
+    #[error("token {token} is not the lock's current holder ({}): its lease ended", holder.map_or_else(|| "no one holds it".to_owned(), |h| format!("held with token {h}")))]
+    LeaseEnded { token: u64, holder: Option<u64> },
+    #[error("the lock authority cannot be consulted: {detail}")]
+    AuthorityUnavailable { detail: String },
+    #[error("token {token} was superseded by {current} while it waited for its turn")]
+    Superseded { token: u64, current: u64 },
+    #[error("earlier writes of the key were still in flight after {after:?}")]
+    GateTimeout { after: Duration },
+    #[error("the forward outlasted its key's turn and was cut")]
+    TurnLapsed,
+    #[error("the fence store did not answer within {after:?}")]
+    StoreTimeout { after: Duration },
+    #[error("{source}")]
     StoreFailed {
-        key: String,
         #[source]
         source: StoreError,
     },
@@ -171,7 +157,7 @@ impl GatewayError {
             GatewayError::LeaseEnded { .. } => K::LeaseEnded,
             GatewayError::AuthorityUnavailable { .. } => K::AuthorityUnavailable,
             GatewayError::GateTimeout { .. } => K::GateTimeout,
-            GatewayError::TurnLapsed { .. } => K::TurnLapsed,
+            GatewayError::TurnLapsed => K::TurnLapsed,
             GatewayError::StoreFailed {
                 source: StoreError::Untrusted { .. },
                 ..
@@ -203,27 +189,15 @@ impl GatewayError {
 
     /// This failure on `route`: the context every answer and log line carries.
     pub fn on_route(self, route: impl Into<String>) -> RequestError {
-        RequestError {
-            error: self,
-            route: Some(route.into()),
-        }
+        RequestError::from(self).on_route(route)
     }
 
-    /// The resource key the failure concerns, when it concerns one.
-    fn key(&self) -> Option<&str> {
-        match self {
-            GatewayError::Token { key, .. }
-            | GatewayError::Signature { key, .. }
-            | GatewayError::TooFarAhead { key, .. }
-            | GatewayError::StaleFence { key, .. }
-            | GatewayError::Superseded { key, .. }
-            | GatewayError::LeaseEnded { key, .. }
-            | GatewayError::AuthorityUnavailable { key, .. }
-            | GatewayError::GateTimeout { key, .. }
-            | GatewayError::TurnLapsed { key }
-            | GatewayError::StoreTimeout { key, .. }
-            | GatewayError::StoreFailed { key, .. } => Some(key),
-            _ => None,
+    /// This failure of a request for resource key `key`, attached where the key is known.
+    pub fn for_key(self, key: impl Into<String>) -> RequestError {
+        RequestError {
+            error: self,
+            route: None,
+            key: Some(key.into()),
         }
     }
 
@@ -249,13 +223,12 @@ impl GatewayError {
             // Internal details never reach the client.
             GatewayError::Internal(_) => "the gateway failed to handle the request".to_owned(),
             GatewayError::StoreFailed {
-                key,
                 source: StoreError::Untrusted { reason },
             } => format!(
-                "key {key}: {reason}; fenced requests are refused until an operator runs `fencegate store adopt`"
+                "{reason}; fenced requests are refused until an operator runs `fencegate store adopt`"
             ),
-            GatewayError::StoreFailed { key, .. } => {
-                format!("key {key}: the fence store failed; the request was not forwarded")
+            GatewayError::StoreFailed { .. } => {
+                "the fence store failed; the request was not forwarded".to_owned()
             }
             // The token endpoint's refusal (its OAuth2 error code) is the operator's to fix and
             // safe to show; how it failed otherwise (addresses, TLS) stays in the log.
@@ -280,20 +253,128 @@ impl GatewayError {
         }
     }
 
-    /// The detail as the answer gives it, after `route {route}: ` when the failure has a route.
-    /// A stale token's is written by hand, without the formatting machinery: it is the refusal
-    /// a flood of superseded holders makes common (a unit test holds it to the `Display` text).
-    fn detail_on(&self, route: Option<&str>) -> String {
-        let GatewayError::StaleFence {
-            key,
-            token,
-            current,
-        } = self
+    /// What the answer and the log line say besides the kind and detail: the tokens, the mark,
+    /// how long to wait, what is allowed.
+    fn facts(&self) -> Facts {
+        let mut facts = Facts::default();
+        match self {
+            GatewayError::TooFarAhead {
+                token,
+                current,
+                max_advance,
+            } => {
+                facts.fence = Some(*token);
+                facts.current_fence = Some(*current);
+                facts.max_advance = Some(*max_advance);
+                facts.fence_header = true;
+            }
+            GatewayError::StaleFence { token, current }
+            | GatewayError::Superseded { token, current } => {
+                facts.fence = Some(*token);
+                facts.current_fence = Some(*current);
+                facts.fence_header = true;
+            }
+            GatewayError::LeaseEnded { token, holder } => {
+                facts.fence = Some(*token);
+                facts.current_fence = *holder;
+            }
+            GatewayError::MethodNotAllowed { allow } => facts.allow = Some(allow),
+            GatewayError::RequestInProgress {
+                retry_after_secs, ..
+            } => facts.retry_after_secs = Some(*retry_after_secs),
+            _ => {}
+        }
+        facts
+    }
+
+    /// The one place a failure without a route becomes an HTTP answer (see
+    /// [`RequestError::into_response`]).
+    pub fn into_response(self, request_id: &RequestId) -> Response<ProxyBody> {
+        RequestError::from(self).into_response(request_id)
+    }
+}
+
+/// The one error value: what failed (a [`GatewayError`], whose kind is a row of the table) and
+/// the context it failed in, each part attached once by the code that knows it: the resource key
+/// where the key's token, mark, turn or store step failed, the route by routing.
+#[derive(Debug)]
+pub struct RequestError {
+    pub error: GatewayError,
+    pub route: Option<String>,
+    /// The resource key (or intent record key) the failure concerns.
+    pub key: Option<String>,
+}
+
+impl From<GatewayError> for RequestError {
+    fn from(error: GatewayError) -> RequestError {
+        RequestError {
+            error,
+            route: None,
+            key: None,
+        }
+    }
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(route) = &self.route {
+            write!(f, "route {route}: ")?;
+        }
+        if let Some(key) = &self.key {
+            write!(f, "key {key}: ")?;
+        }
+        write!(f, "{}", self.error)
+    }
+}
+
+impl std::error::Error for RequestError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl RequestError {
+    /// The failure on `route` (a route attached earlier stays).
+    pub fn on_route(mut self, route: impl Into<String>) -> RequestError {
+        if self.route.is_none() {
+            self.route = Some(route.into());
+        }
+        self
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.error.kind()
+    }
+
+    pub fn origin(&self) -> Origin {
+        self.error.origin()
+    }
+
+    /// See [`GatewayError::never_reached_upstream`].
+    pub fn never_reached_upstream(&self) -> bool {
+        self.error.never_reached_upstream()
+    }
+
+    /// The detail as the answer gives it: `route {route}: key {key}: ` before the failure's own
+    /// detail, for the parts it has. A stale token's is written by hand, without the formatting
+    /// machinery: it is the refusal a flood of superseded holders makes common (a unit test
+    /// holds it to the `Display` text).
+    fn detail(&self) -> String {
+        let (GatewayError::StaleFence { token, current }, Some(key)) = (&self.error, &self.key)
         else {
-            return match route {
-                Some(route) => format!("route {route}: {}", self.detail()),
-                None => self.detail(),
-            };
+            let mut detail = String::new();
+            if let Some(route) = &self.route {
+                detail.push_str("route ");
+                detail.push_str(route);
+                detail.push_str(": ");
+            }
+            if let Some(key) = &self.key {
+                detail.push_str("key ");
+                detail.push_str(key);
+                detail.push_str(": ");
+            }
+            detail.push_str(&self.error.detail());
+            return detail;
         };
         let mut token_digits = itoa::Buffer::new();
         let mut current_digits = itoa::Buffer::new();
@@ -304,6 +385,7 @@ impl GatewayError {
             " is below the high-water mark ",
             current_digits.format(*current),
         ];
+        let route = self.route.as_deref();
         let prefix = route.map_or(0, |route| "route ".len() + route.len() + ": ".len());
         let mut detail = String::with_capacity(
             prefix + "key ".len() + parts.iter().map(|part| part.len()).sum::<usize>(),
@@ -318,42 +400,6 @@ impl GatewayError {
         detail
     }
 
-    /// The one place a failure without a route becomes an HTTP answer (see
-    /// [`RequestError::into_response`]).
-    pub fn into_response(self, request_id: &RequestId) -> Response<ProxyBody> {
-        RequestError::from(self).into_response(request_id)
-    }
-}
-
-/// A failure with the route it happened on, if it got that far.
-#[derive(Debug)]
-pub struct RequestError {
-    pub error: GatewayError,
-    pub route: Option<String>,
-}
-
-impl From<GatewayError> for RequestError {
-    fn from(error: GatewayError) -> RequestError {
-        RequestError { error, route: None }
-    }
-}
-
-impl std::fmt::Display for RequestError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.route {
-            Some(route) => write!(f, "route {route}: {}", self.error),
-            None => write!(f, "{}", self.error),
-        }
-    }
-}
-
-impl std::error::Error for RequestError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
-
-impl RequestError {
     /// The one place a failure becomes an HTTP answer, logged once with the request's id.
     pub fn into_response(self, request_id: &RequestId) -> Response<ProxyBody> {
         self.log(request_id);
@@ -368,57 +414,22 @@ impl RequestError {
     /// The answer without its body type: the problem document and the one header it adds, if
     /// any (`Retry-After`, `X-Fence-Current` or `Allow`), through [`answer`] as every failure's.
     pub fn answer(self) -> (Problem, Option<(HeaderName, HeaderValue)>) {
-        let RequestError { error, route } = self;
-        let detail = error.detail_on(route.as_deref());
-        let mut facts = Facts {
-            key: error.key().map(str::to_owned),
+        let detail = self.detail();
+        let RequestError { error, route, key } = self;
+        let facts = Facts {
             route,
-            ..Facts::default()
+            key,
+            ..error.facts()
         };
-        match &error {
-            GatewayError::TooFarAhead {
-                token,
-                current,
-                max_advance,
-                ..
-            } => {
-                facts.fence = Some(*token);
-                facts.current_fence = Some(*current);
-                facts.max_advance = Some(*max_advance);
-                facts.fence_header = true;
-            }
-            GatewayError::StaleFence { token, current, .. }
-            | GatewayError::Superseded { token, current, .. } => {
-                facts.fence = Some(*token);
-                facts.current_fence = Some(*current);
-                facts.fence_header = true;
-            }
-            GatewayError::LeaseEnded { token, holder, .. } => {
-                facts.fence = Some(*token);
-                facts.current_fence = *holder;
-            }
-            GatewayError::MethodNotAllowed { allow } => facts.allow = Some(allow),
-            GatewayError::RequestInProgress {
-                retry_after_secs, ..
-            } => facts.retry_after_secs = Some(*retry_after_secs),
-            _ => {}
-        }
         answer(error.kind(), detail, facts)
     }
 
     fn log(&self, request_id: &RequestId) {
         let route = self.route.as_deref().unwrap_or("");
+        let key = self.key.as_deref().unwrap_or("");
         match &self.error {
-            GatewayError::StaleFence {
-                key,
-                token,
-                current,
-            }
-            | GatewayError::Superseded {
-                key,
-                token,
-                current,
-            } => tracing::info!(
+            GatewayError::StaleFence { token, current }
+            | GatewayError::Superseded { token, current } => tracing::info!(
                 %route,
                 %key,
                 token,
@@ -426,7 +437,7 @@ impl RequestError {
                 %request_id,
                 "refused: stale fencing token"
             ),
-            GatewayError::LeaseEnded { key, token, holder } => tracing::info!(
+            GatewayError::LeaseEnded { token, holder } => tracing::info!(
                 %route,
                 %key,
                 token,
@@ -434,14 +445,13 @@ impl RequestError {
                 %request_id,
                 "refused: the token's lease ended"
             ),
-            GatewayError::Token { key, error } => {
+            GatewayError::Token { error } => {
                 tracing::info!(%route, %key, reason = %error, %request_id, "refused: fencing token")
             }
-            GatewayError::Signature { key, error } => {
+            GatewayError::Signature { error } => {
                 tracing::info!(%route, %key, reason = %error, %request_id, "refused: fencing token signature")
             }
             GatewayError::TooFarAhead {
-                key,
                 token,
                 current,
                 max_advance,
@@ -475,16 +485,11 @@ mod tests {
             ("a \"quoted\" key\n", 0, u64::MAX),
             ("", u64::MAX - 1, u64::MAX),
         ] {
-            let error = GatewayError::StaleFence {
-                key: key.to_owned(),
-                token,
-                current,
-            };
-            assert_eq!(error.detail_on(None), error.to_string());
-            assert_eq!(
-                error.detail_on(Some("invoices")),
-                format!("route invoices: {error}")
-            );
+            let error = GatewayError::StaleFence { token, current }.for_key(key);
+            assert_eq!(error.detail(), error.to_string());
+            let error = error.on_route("invoices");
+            assert_eq!(error.detail(), error.to_string());
+            assert!(error.detail().starts_with("route invoices: key "));
         }
     }
 

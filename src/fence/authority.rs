@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 
 use crate::authority::{Authorities, AuthorityRefusal, MarkRaiser};
 use crate::config::Compare;
-use crate::error::GatewayError;
+use crate::error::{GatewayError, RequestError};
 use crate::extensions::Admission;
 use crate::guard::CheckedStore;
 use crate::route::CompiledRoute;
@@ -23,15 +23,15 @@ pub async fn check_authority(
     route: &CompiledRoute,
     admission: &Admission,
     authorities: Option<&Authorities>,
-) -> Result<(), GatewayError> {
+) -> Result<(), RequestError> {
     let Some(settings) = &route.fence.authority else {
         return Ok(());
     };
     let Some(authorities) = authorities else {
         return Err(GatewayError::AuthorityUnavailable {
-            key: admission.key.clone(),
             detail: "this gateway follows no lock service".to_owned(),
-        });
+        }
+        .for_key(admission.key.as_str()));
     };
     let authority = authorities.get(&route.name, settings, route.fence.compare);
     match authority.check(&admission.key, admission.token).await {
@@ -39,15 +39,14 @@ pub async fn check_authority(
         Err(AuthorityRefusal::LeaseEnded { holder }) => {
             RouteCounters::bump(&route.counters().lease_ended);
             Err(GatewayError::LeaseEnded {
-                key: admission.key.clone(),
                 token: admission.token,
                 holder,
-            })
+            }
+            .for_key(admission.key.as_str()))
         }
-        Err(AuthorityRefusal::Unavailable { detail }) => Err(GatewayError::AuthorityUnavailable {
-            key: admission.key.clone(),
-            detail,
-        }),
+        Err(AuthorityRefusal::Unavailable { detail }) => {
+            Err(GatewayError::AuthorityUnavailable { detail }.for_key(admission.key.as_str()))
+        }
     }
 }
 

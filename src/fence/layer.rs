@@ -17,7 +17,7 @@ use super::store_step::FencedWrite;
 use crate::authority::Authorities;
 use crate::body::{ProxyBody, RequestBody};
 use crate::config::{FenceMode, OnStoreError};
-use crate::error::{ErrorKind, GatewayError, Origin};
+use crate::error::{ErrorKind, GatewayError, Origin, RequestError};
 use crate::extensions::Admission;
 use crate::guard::CheckedStore;
 use crate::proxy::{ProxyFuture, StackService};
@@ -63,7 +63,7 @@ where
     S: StackService,
 {
     type Response = Response<ProxyBody>;
-    type Error = GatewayError;
+    type Error = RequestError;
     type Future = ProxyFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -74,7 +74,8 @@ where
         let Some(routed) = request.extensions().get::<RouteMatch>() else {
             return Box::pin(future::ready(Err(GatewayError::Internal(
                 "request reached the fence without a route",
-            ))));
+            )
+            .into())));
         };
         if !routed.route.fences(request.method()) {
             // Nothing to check: the inner service's own future, not another box around it.
@@ -135,12 +136,10 @@ fn read_key_and_token<B>(
     route: &CompiledRoute,
     captures: &crate::route::Captures,
     request: &Request<B>,
-) -> Result<Admission, GatewayError> {
+) -> Result<Admission, RequestError> {
     let counters = route.counters();
     let Some(template) = &route.resource_key else {
-        return Err(GatewayError::Internal(
-            "a fenced route without a resource key",
-        ));
+        return Err(GatewayError::Internal("a fenced route without a resource key").into());
     };
     let parts = RequestParts {
         captures,
@@ -152,18 +151,17 @@ fn read_key_and_token<B>(
         RouteCounters::bump(&counters.invalid);
         GatewayError::KeyUnavailable { error }
     })?;
-    let token = read_fence_header(request.headers(), &route.fence.header).map_err(|error| {
-        let counter = match error {
-            TokenError::Missing => &counters.missing,
-            _ => &counters.invalid,
-        };
-        RouteCounters::bump(counter);
-        GatewayError::Token {
-            key: key.clone(),
-            error,
+    match read_fence_header(request.headers(), &route.fence.header) {
+        Ok(token) => Ok(Admission { key, token }),
+        Err(error) => {
+            let counter = match error {
+                TokenError::Missing => &counters.missing,
+                _ => &counters.invalid,
+            };
+            RouteCounters::bump(counter);
+            Err(GatewayError::Token { error }.for_key(key))
         }
-    })?;
-    Ok(Admission { key, token })
+    }
 }
 
 /// What a fenced request is checked with.
@@ -184,7 +182,7 @@ async fn admit<B>(
     admission: Admission,
     request: &Request<B>,
     checks: Checks<'_>,
-) -> Result<Admission, GatewayError> {
+) -> Result<Admission, RequestError> {
     let Checks {
         store,
         authorities,
@@ -201,17 +199,14 @@ async fn admit<B>(
                     _ => &counters.bad_signature,
                 };
                 RouteCounters::bump(counter);
-                GatewayError::Signature {
-                    key: key.clone(),
-                    error,
-                }
+                GatewayError::Signature { error }.for_key(key.as_str())
             })?;
     }
     if let Some(max_advance) = route.fence.max_advance {
         let limited =
             check_max_advance(key, *token, max_advance, store, route.fence.store_timeout).await;
         if let Err(refusal) = limited {
-            let counter = match refusal {
+            let counter = match refusal.error {
                 GatewayError::TooFarAhead { .. } => &counters.too_far_ahead,
                 _ => &counters.store_errors,
             };
@@ -232,7 +227,7 @@ async fn admit<B>(
 }
 
 /// Whether the route forwards despite this store failure.
-fn fails_open(route: &CompiledRoute, refusal: &GatewayError) -> bool {
+fn fails_open(route: &CompiledRoute, refusal: &RequestError) -> bool {
     // A store that answers but is not trusted (it forgot marks, or is not the adopted one) has
     // not failed: forwarding unchecked past it would re-admit every zombie. Refused, always.
     route.fence.on_store_error == OnStoreError::FailOpen
@@ -241,7 +236,7 @@ fn fails_open(route: &CompiledRoute, refusal: &GatewayError) -> bool {
 }
 
 /// Observe mode: the refusal is counted (by the check) and logged, and the request goes on.
-fn observe(route: &CompiledRoute, refusal: &GatewayError) {
+fn observe(route: &CompiledRoute, refusal: &RequestError) {
     RouteCounters::bump(&route.counters().observed_refusals);
     tracing::warn!(route = %route.name, would_refuse = %refusal, "observe mode: forwarding a request enforce would refuse");
 }

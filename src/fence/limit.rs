@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::error::GatewayError;
+use crate::error::{GatewayError, RequestError};
 use crate::guard::CheckedStore;
 
 /// Whether `token` is within `max_advance` of `mark` (a key never advanced counts as mark 0).
@@ -35,7 +35,7 @@ pub async fn check_max_advance(
     max_advance: u64,
     store: &CheckedStore,
     store_timeout: Duration,
-) -> Result<(), GatewayError> {
+) -> Result<(), RequestError> {
     if within_max_advance(store.known_mark(key), token, max_advance) {
         return Ok(());
     }
@@ -44,9 +44,9 @@ pub async fn check_max_advance(
         return Ok(());
     }
     Err(GatewayError::TooFarAhead {
-        key: key.to_owned(),
         token,
         current: current.unwrap_or(0),
         max_advance,
-    })
+    }
+    .for_key(key))
 }

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::config::Compare;
-use crate::error::GatewayError;
+use crate::error::{GatewayError, RequestError};
 use crate::extensions::Admission;
 use crate::guard::CheckedStore;
 use crate::route::CompiledRoute;
@@ -41,7 +41,7 @@ impl<'a> FencedWrite<'a> {
     }
 
     /// The plain step: the store's own compare-and-advance. `Ok` is the mark the token replaced.
-    pub async fn advance(&self, store: &CheckedStore) -> Result<Option<u64>, GatewayError> {
+    pub async fn advance(&self, store: &CheckedStore) -> Result<Option<u64>, RequestError> {
         self.advance_as("advance", store).await
     }
 
@@ -50,7 +50,7 @@ impl<'a> FencedWrite<'a> {
         &self,
         op: &'static str,
         store: &CheckedStore,
-    ) -> Result<Option<u64>, GatewayError> {
+    ) -> Result<Option<u64>, RequestError> {
         // A token the cache already refuses is answered as the store call would answer it,
         // without the call's future or its timer: a flood of stale writes costs no more than it
         // must.
@@ -68,13 +68,14 @@ impl<'a> FencedWrite<'a> {
     pub async fn advance_with<T>(
         &self,
         call: impl Future<Output = Result<(Advance, T), StoreError>>,
-    ) -> Result<T, GatewayError> {
+    ) -> Result<T, RequestError> {
         let answered = self.bounded(async { Ok(Some(call.await?)) }).await;
         match self.verdict(answered)? {
             Some((_, carried)) => Ok(carried),
             None => Err(GatewayError::Internal(
                 "a store step that must compare answered without comparing",
-            )),
+            )
+            .for_key(self.key)),
         }
     }
 
@@ -84,19 +85,19 @@ impl<'a> FencedWrite<'a> {
     pub async fn try_advance_with<T>(
         &self,
         call: impl Future<Output = Result<Option<(Advance, T)>, StoreError>>,
-    ) -> Result<Option<T>, GatewayError> {
+    ) -> Result<Option<T>, RequestError> {
         let answered = self.bounded(call).await;
         Ok(self.verdict(answered)?.map(|(_, carried)| carried))
     }
 
     /// A stale token's refusal, counted.
-    pub fn stale(&self, current: u64) -> GatewayError {
+    pub fn stale(&self, current: u64) -> RequestError {
         self.count(|counters| &counters.stale);
         GatewayError::StaleFence {
-            key: self.key.to_owned(),
             token: self.token,
             current,
         }
+        .for_key(self.key)
     }
 
     async fn bounded<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Bounded<T> {
@@ -110,7 +111,7 @@ impl<'a> FencedWrite<'a> {
     fn verdict<T>(
         &self,
         answered: Bounded<Option<(Advance, T)>>,
-    ) -> Result<Option<(Option<u64>, T)>, GatewayError> {
+    ) -> Result<Option<(Option<u64>, T)>, RequestError> {
         match answered {
             Ok(Ok(None)) => Ok(None),
             Ok(Ok(Some((Advance::Accepted { previous }, carried)))) => {
@@ -145,7 +146,7 @@ pub async fn store_call<T>(
     key: &str,
     timeout: Duration,
     call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, GatewayError> {
+) -> Result<T, RequestError> {
     match tokio::time::timeout(timeout, call).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(source)) => Err(store_failed(key, source)),
@@ -155,16 +156,10 @@ pub async fn store_call<T>(
 
 /// A failed store call for `key` as the request's error: 503 `store-unavailable` (or the kind of
 /// the store's own refusal, such as an untrusted store).
-pub fn store_failed(key: &str, source: StoreError) -> GatewayError {
-    GatewayError::StoreFailed {
-        key: key.to_owned(),
-        source,
-    }
+pub fn store_failed(key: &str, source: StoreError) -> RequestError {
+    GatewayError::StoreFailed { source }.for_key(key)
 }
 
-fn store_timed_out(key: &str, after: Duration) -> GatewayError {
-    GatewayError::StoreTimeout {
-        key: key.to_owned(),
-        after,
-    }
+fn store_timed_out(key: &str, after: Duration) -> RequestError {
+    GatewayError::StoreTimeout { after }.for_key(key)
 }

@@ -20,7 +20,7 @@ use super::{
 use crate::body::{ProxyBody, RequestBody};
 use crate::budget::MemoryBudget;
 use crate::config::Ordering;
-use crate::error::GatewayError;
+use crate::error::{GatewayError, RequestError};
 use crate::extensions::Admission;
 use crate::fence::{store_call, store_failed, FencedWrite};
 use crate::guard::{AdvanceMade, CheckedStore};
@@ -101,7 +101,7 @@ where
     S: StackService,
 {
     type Response = Response<ProxyBody>;
-    type Error = GatewayError;
+    type Error = RequestError;
     type Future = ProxyFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -178,7 +178,7 @@ where
                 Some(deadline) => {
                     let response = tokio::time::timeout_at(deadline, inner.call(request))
                         .await
-                        .map_err(|_| GatewayError::TurnLapsed { key })??;
+                        .map_err(|_| GatewayError::TurnLapsed.for_key(key))??;
                     let renewed = passes
                         .cross_replica
                         .as_ref()
@@ -193,7 +193,7 @@ where
                 // The upstream is done: the key's turn ends here, whatever the client does.
                 Ok(ReadAhead::Whole(body)) => return Ok(Response::from_parts(head, body)),
                 Ok(ReadAhead::Partial(body)) => body,
-                Err(_) => return Err(GatewayError::UpstreamBodyFailed {}),
+                Err(_) => return Err(GatewayError::UpstreamBodyFailed.into()),
             };
             let body = match passes.cross_replica.as_ref().map(CrossReplicaPass::watch) {
                 Some(watch) => GatedBody::watched(body, watch, passes).boxed(),
@@ -241,7 +241,7 @@ async fn advance_and_enter(
     route: &CompiledRoute,
     admission: Admission,
     store: &CheckedStore,
-) -> Result<Entered, GatewayError> {
+) -> Result<Entered, RequestError> {
     let local = match (&gates.cross_replica, gates.local.try_enter(&admission.key)) {
         (Some(gate), Ok(local)) => {
             return lock_and_advance(gate, local, route, admission, store).await
@@ -264,7 +264,7 @@ async fn lock_and_advance(
     route: &CompiledRoute,
     admission: Admission,
     store: &CheckedStore,
-) -> Result<Entered, GatewayError> {
+) -> Result<Entered, RequestError> {
     let started = Instant::now();
     let write = FencedWrite::on_route(route, &admission);
     let hold = turn_hold(route);
@@ -333,13 +333,10 @@ async fn enter(
     route: &CompiledRoute,
     admission: Admission,
     local: LocalTurn,
-) -> Result<Entered, GatewayError> {
+) -> Result<Entered, RequestError> {
     let started = Instant::now();
     let wait = route.fence.gate_timeout;
-    let timeout = || GatewayError::GateTimeout {
-        key: admission.key.clone(),
-        after: wait,
-    };
+    let timeout = || GatewayError::GateTimeout { after: wait }.for_key(admission.key.as_str());
     let local = match local {
         LocalTurn::Taken(pass) => pass,
         LocalTurn::Busy(busy) => tokio::time::timeout(wait, busy.wait())
@@ -374,12 +371,12 @@ fn cross_replica_error(
     route: &CompiledRoute,
     key: &str,
     error: CrossReplicaGateError,
-) -> GatewayError {
+) -> RequestError {
     match error {
         CrossReplicaGateError::Timeout(_) => GatewayError::GateTimeout {
-            key: key.to_owned(),
             after: route.fence.gate_timeout,
-        },
+        }
+        .for_key(key),
         CrossReplicaGateError::Store(source) => store_failed(key, source),
     }
 }
@@ -420,13 +417,13 @@ fn recheck_source(
 
 /// Refuses the request if `current`, its key's mark read after it entered the gate, is above its
 /// token: a newer one was admitted while it waited.
-fn superseded(current: Option<u64>, admission: &Admission) -> Result<(), GatewayError> {
+fn superseded(current: Option<u64>, admission: &Admission) -> Result<(), RequestError> {
     match current {
         Some(current) if current > admission.token => Err(GatewayError::Superseded {
-            key: admission.key.clone(),
             token: admission.token,
             current,
-        }),
+        }
+        .for_key(admission.key.as_str())),
         _ => Ok(()),
     }
 }
@@ -436,7 +433,7 @@ async fn recheck(
     store: &CheckedStore,
     route: &CompiledRoute,
     admission: &Admission,
-) -> Result<(), GatewayError> {
+) -> Result<(), RequestError> {
     let current = store_call(
         &admission.key,
         route.fence.store_timeout,

@@ -72,7 +72,7 @@ impl Claim {
             .map_err(|error| error.on_route(CLAIM_ROUTE))
     }
 
-    async fn claim<B>(&self, request: Request<B>) -> Result<Response<ProxyBody>, GatewayError> {
+    async fn claim<B>(&self, request: Request<B>) -> Result<Response<ProxyBody>, RequestError> {
         let path = request.uri().path();
         let Some(raw_key) = path
             .strip_prefix(RESERVED_PREFIX)
@@ -80,22 +80,21 @@ impl Claim {
         else {
             return Err(GatewayError::ReservedNotFound {
                 path: path.to_owned(),
-            });
+            }
+            .into());
         };
         if request.method() != Method::POST {
-            return Err(GatewayError::MethodNotAllowed { allow: "POST" });
+            return Err(GatewayError::MethodNotAllowed { allow: "POST" }.into());
         }
         let key = decode_key(raw_key)?;
         let note = request.extensions().get::<AccessNote>();
         if let Some(note) = note {
             note.route(CLAIM_ROUTE, false);
         }
-        let token = read_fence_header(request.headers(), &CLAIM_FENCE_HEADER).map_err(|error| {
-            GatewayError::Token {
-                key: key.clone(),
-                error,
-            }
-        })?;
+        let token = match read_fence_header(request.headers(), &CLAIM_FENCE_HEADER) {
+            Ok(token) => token,
+            Err(error) => return Err(GatewayError::Token { error }.for_key(key)),
+        };
         if let Some(note) = note {
             note.key_and_token(&key, token);
             note.verdict(Verdict::Claimed);
@@ -134,7 +133,7 @@ impl Claim {
         &self,
         table: &RouteTable,
         key: &str,
-    ) -> Result<(), GatewayError> {
+    ) -> Result<(), RequestError> {
         let Some(wait) = table
             .routes()
             .filter(|r| r.fence.ordering == Ordering::Serialize && r.fence.mode != FenceMode::Off)
@@ -145,10 +144,9 @@ impl Claim {
         };
         match self.gates.wait_for_turn(key, wait).await {
             Ok(()) => Ok(()),
-            Err(CrossReplicaGateError::Timeout(after)) => Err(GatewayError::GateTimeout {
-                key: key.to_owned(),
-                after,
-            }),
+            Err(CrossReplicaGateError::Timeout(after)) => {
+                Err(GatewayError::GateTimeout { after }.for_key(key))
+            }
             Err(CrossReplicaGateError::Store(source)) => Err(store_failed(key, source)),
         }
     }
@@ -168,7 +166,7 @@ fn verify_signature(
     headers: &http::HeaderMap,
     key: &str,
     token: u64,
-) -> Result<(), GatewayError> {
+) -> Result<(), RequestError> {
     let keys: Vec<&SignatureKey> = enforcing(table)
         .filter_map(|r| r.fence.signature.as_ref())
         .collect();
@@ -183,10 +181,7 @@ fn verify_signature(
             Err(error) => refusal = error,
         }
     }
-    Err(GatewayError::Signature {
-        key: key.to_owned(),
-        error: refusal,
-    })
+    Err(GatewayError::Signature { error: refusal }.for_key(key))
 }
 
 fn decode_key(raw: &str) -> Result<String, GatewayError> {

@@ -56,7 +56,7 @@ pub struct Routing<S> {
 
 impl<S> Service<Request<RequestBody>> for Routing<S>
 where
-    S: Service<Request<RequestBody>, Response = Response<ProxyBody>, Error = GatewayError>,
+    S: Service<Request<RequestBody>, Response = Response<ProxyBody>, Error = RequestError>,
     S::Future: Send + 'static,
 {
     type Response = Response<ProxyBody>;
@@ -64,7 +64,7 @@ where
     type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(RequestError::from)
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut request: Request<RequestBody>) -> Self::Future {
@@ -289,7 +289,7 @@ fn declared_length<B>(request: &Request<B>) -> Option<u64> {
 pub const NO_ROUTE: &str = "_none";
 
 /// The `outcome` label of an answered request.
-pub fn outcome_label(result: &Result<Response<ProxyBody>, GatewayError>) -> &'static str {
+pub fn outcome_label(result: &Result<Response<ProxyBody>, RequestError>) -> &'static str {
     match result {
         // The gateway's own replays; a provider's (its `Idempotent-Replayed`) was forwarded.
         Ok(response) if response.extensions().get::<GatewayReplay>().is_some() => "replayed",

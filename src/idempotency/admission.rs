@@ -2,7 +2,7 @@
 //! (`AdvanceBy::Intent`), made together with beginning the intent: in one store round where the
 //! backend has one (`CheckedStore::advance_and_begin`), else the advance and then the begin.
 
-use crate::error::GatewayError;
+use crate::error::{GatewayError, RequestError};
 use crate::extensions::Admission;
 use crate::fence::{store_failed, FencedWrite};
 use crate::guard::CheckedStore;
@@ -18,7 +18,7 @@ pub struct IntentBackend {
 }
 
 /// What beginning the intent of an admitted request answered.
-pub(super) type BeginAnswer = Result<Begun, GatewayError>;
+pub(super) type BeginAnswer = Result<Begun, RequestError>;
 
 /// Makes the advance of `admission`, which its route leaves to this layer, and once it is
 /// accepted begins `begin`. A refused advance is the request's answer (`Err`, judged and counted
@@ -45,12 +45,10 @@ where
                 let answer = call.await?;
                 Ok((answer.advance, answer.begun))
             };
-            let begun = write
-                .advance_with(step)
-                .await?
-                .ok_or(GatewayError::Internal(
-                    "an accepted advance came back without its intent",
-                ))?;
+            let begun = write.advance_with(step).await?.ok_or_else(|| {
+                GatewayError::Internal("an accepted advance came back without its intent")
+                    .for_key(record_key.as_str())
+            })?;
             // The intent's begin failed after the advance was made: the store failed.
             return begun.map_err(|source| store_failed(&record_key, source));
         }

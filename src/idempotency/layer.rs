@@ -18,7 +18,7 @@ use super::{decode_client_key, encode_key, fingerprint, idempotency_key, now_ms}
 use crate::body::{full_body, ProxyBody, RequestBody};
 use crate::budget::{Budgeted, MemoryBudget};
 use crate::config::{ClientKey, UnknownOutcome, WhenMissing};
-use crate::error::GatewayError;
+use crate::error::{GatewayError, RequestError};
 use crate::extensions::{Admission, GatewayReplay};
 use crate::fence::{store_call, FencedWrite};
 use crate::proxy::{
@@ -73,7 +73,7 @@ where
     S: StackService,
 {
     type Response = Response<ProxyBody>;
-    type Error = GatewayError;
+    type Error = RequestError;
     type Future = ProxyFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -106,9 +106,9 @@ async fn call_once<S>(
     backend: &IntentBackend,
     budget: &MemoryBudget,
     inner: &mut S,
-) -> Result<Response<ProxyBody>, GatewayError>
+) -> Result<Response<ProxyBody>, RequestError>
 where
-    S: Service<Request<RequestBody>, Response = Response<ProxyBody>, Error = GatewayError>,
+    S: Service<Request<RequestBody>, Response = Response<ProxyBody>, Error = RequestError>,
 {
     let route = routed.route.as_ref();
     let Some(settings) = &route.idempotency else {
@@ -139,7 +139,7 @@ where
         Ok(key) => key,
         Err(GatewayError::KeyUnavailable { error }) if error.is_missing_input() => {
             match settings.when_missing {
-                WhenMissing::Refuse => return Err(GatewayError::KeyUnavailable { error }),
+                WhenMissing::Refuse => return Err(GatewayError::KeyUnavailable { error }.into()),
                 WhenMissing::Passthrough => {
                     // Not keyed, not recorded; but a write whose route leaves its advance to this
                     // layer is fenced here all the same.
@@ -154,11 +154,11 @@ where
                 }
                 WhenMissing::ClientKey => match client_key_of(&parts.headers, &body, settings)? {
                     Some(client) => within_limit(client, settings)?,
-                    None => return Err(GatewayError::KeyUnavailable { error }),
+                    None => return Err(GatewayError::KeyUnavailable { error }.into()),
                 },
             }
         }
-        Err(error) => return Err(error),
+        Err(error) => return Err(error.into()),
     };
     let record_key = format!("{}/{sent_key}", route.name);
     let fence = admission.as_ref().map_or(0, |admission| admission.token);
@@ -212,7 +212,7 @@ where
             // The store handed this attempt the intent; give it back untouched, still SUBMITTING
             // and listed for reconciliation, and send nothing.
             let _ = intents.abandon(&record_key, &attempt, now_ms()).await;
-            return Err(GatewayError::OutcomeUnknown { key: sent_key });
+            return Err(GatewayError::OutcomeUnknown { key: sent_key }.into());
         }
         Begun::Resubmit { .. } => false,
         Begun::Completed(outcome) => {
@@ -225,15 +225,16 @@ where
             return Err(GatewayError::RequestInProgress {
                 key: sent_key,
                 retry_after_secs: retry_after_ms.div_ceil(1000).max(1),
-            })
+            }
+            .into())
         }
-        Begun::Mismatch => return Err(GatewayError::IdempotencyKeyReused { key: sent_key }),
+        Begun::Mismatch => return Err(GatewayError::IdempotencyKeyReused { key: sent_key }.into()),
         Begun::Superseded { fence: current } => {
             return Err(GatewayError::StaleFence {
-                key: record_key,
                 token: fence,
                 current,
-            })
+            }
+            .for_key(record_key))
         }
     };
     let sent_body = match injected {
@@ -311,7 +312,7 @@ where
         ),
         Err(_) => {
             let _ = intents.abandon(&record_key, &attempt, now_ms()).await;
-            return Err(GatewayError::UpstreamBodyFailed {});
+            return Err(GatewayError::UpstreamBodyFailed.into());
         }
     };
     if let Some(rule) = &settings.completed_when {

@@ -23,7 +23,7 @@ use super::headers::{
 };
 use crate::body::{is_body_limit_exceeded, ProxyBody, RequestBody};
 use crate::budget::{MemoryBudget, Reservation};
-use crate::error::GatewayError;
+use crate::error::{GatewayError, RequestError};
 use crate::metrics::Metrics;
 use crate::route::RouteMatch;
 use crate::telemetry::AccessNote;
@@ -110,7 +110,7 @@ impl Proxy {
 
 impl Service<Request<RequestBody>> for Proxy {
     type Response = Response<ProxyBody>;
-    type Error = GatewayError;
+    type Error = RequestError;
     type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {

@@ -8,7 +8,7 @@ use crate::body::{ProxyBody, RequestBody};
 /// and unwrapped again.
 pub type ProxyFuture = futures_util::future::BoxFuture<
     'static,
-    Result<http::Response<ProxyBody>, crate::error::GatewayError>,
+    Result<http::Response<ProxyBody>, crate::error::RequestError>,
 >;
 
 /// The inner service a layer of the routed stack wraps: the rest of the stack, answering with
@@ -17,7 +17,7 @@ pub trait StackService:
     tower::Service<
         http::Request<RequestBody>,
         Response = http::Response<ProxyBody>,
-        Error = crate::error::GatewayError,
+        Error = crate::error::RequestError,
         Future = ProxyFuture,
     > + Clone
     + Send
@@ -29,7 +29,7 @@ impl<S> StackService for S where
     S: tower::Service<
             http::Request<RequestBody>,
             Response = http::Response<ProxyBody>,
-            Error = crate::error::GatewayError,
+            Error = crate::error::RequestError,
             Future = ProxyFuture,
         > + Clone
         + Send

@@ -1,13 +1,14 @@
-//! Batching with a few batches in flight: requests that arrive while batches run go together in
-//! the next one, and at most `in_flight` batches run at once, each as a task of its own on the
-//! batching task's runtime. Used by the PostgreSQL advance batchers (one per serving thread) and
-//! its mark reads, and by the etcd batchers through [`call_batched`].
+//! Batching with a few batches in flight: the requests that arrive while batches run go together
+//! in the next one, at most `in_flight` batches at once, each a task of its own on the batching
+//! task's runtime. Used by PostgreSQL's per-thread batchers and etcd's ([`call_batched`]).
 
 use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use super::inbox::Inbox;
+use super::mailbox::ask;
 use super::per_thread::PerThread;
 use crate::store::StoreError;
 
@@ -19,23 +20,24 @@ pub(crate) const QUEUE: usize = 16 * 1024;
 /// makes of each on the calling runtime, at most `in_flight` (at least one) at once. Returns once
 /// the queue is closed and drained and every batch it spawned has finished.
 pub(crate) async fn run_batches<R, W>(
-    mut requests: mpsc::Receiver<R>,
+    requests: mpsc::Receiver<R>,
     max_batch: usize,
     in_flight: usize,
     mut run: impl FnMut(Vec<R>) -> W,
 ) where
+    R: Send,
     W: Future<Output = ()> + Send + 'static,
 {
-    let max_batch = max_batch.max(1);
+    let mut requests = Inbox::new(requests, max_batch);
     let in_flight = in_flight.max(1);
     let turns = Arc::new(Semaphore::new(in_flight));
-    let mut batch = Vec::with_capacity(max_batch.min(1024));
+    let mut batch = requests.empty_batch();
     loop {
         // Waiting for a turn first lets more requests join the next batch.
         let Ok(turn) = Arc::clone(&turns).acquire_owned().await else {
             return;
         };
-        if requests.recv_many(&mut batch, max_batch).await == 0 {
+        if !requests.next_batch(&mut batch).await {
             break;
         }
         let work = run(std::mem::take(&mut batch));
@@ -69,12 +71,7 @@ where
         tokio::spawn(run_batches(requests, max_batch, in_flight, start()));
         queue
     })?;
-    let (reply, answer) = oneshot::channel();
-    queue
-        .send(request(reply))
-        .await
-        .map_err(|_| StoreError::Closed)?;
-    answer.await.map_err(|_| StoreError::Closed)?
+    ask(&queue, request).await
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use super::fail_batch;
 use crate::store::intents::IntentRecord;
 use crate::store::plumbing::batches::{run_batches, QUEUE};
 use crate::store::plumbing::intent_rows::encode_ms;
+use crate::store::plumbing::mailbox::ask;
 use crate::store::plumbing::per_thread::PerThread;
 use crate::store::StoreError;
 
@@ -121,12 +122,7 @@ impl IntentWriters {
             ));
             writer
         })?;
-        let (reply, answer) = oneshot::channel();
-        writer
-            .send(make(reply))
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
+        ask(&writer, make).await
     }
 
     /// Stops every batcher once its queue is answered; later writes fail with `Closed`.

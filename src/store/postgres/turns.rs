@@ -19,6 +19,7 @@ use super::known_rows::KnownRows;
 use super::turn_wants::{ReleaseNow, TurnWants};
 use super::BACKEND;
 use crate::store::expected::{mismatch_reason, ExpectedIdentity};
+use crate::store::plumbing::inbox::Inbox;
 use crate::store::plumbing::per_thread::{PerThread, TaskQueue};
 use crate::store::turns::{Renewal, TakeTurn, TurnFreed, TurnStore, WAITER_RETRY};
 use crate::store::{StoreError, StoreFuture};
@@ -277,7 +278,7 @@ impl PostgresTurns {
             releases_since: None,
             known_rows: KnownRows::default(),
         };
-        tokio::spawn(task.run(receiver));
+        tokio::spawn(task.run(Inbox::new(receiver, MAX_BATCH)));
         TurnTask { commands }
     }
 
@@ -401,7 +402,7 @@ struct Takes {
 }
 
 impl HolderTask {
-    async fn run(mut self, mut receiver: mpsc::UnboundedReceiver<Command>) {
+    async fn run(mut self, mut inbox: Inbox<mpsc::UnboundedReceiver<Command>>) {
         let mut batch = Vec::new();
         loop {
             let mut flush = false;
@@ -416,23 +417,18 @@ impl HolderTask {
                 };
                 let since = *self.releases_since.get_or_insert_with(Instant::now);
                 let left = wait.saturating_sub(since.elapsed());
-                match tokio::time::timeout(left, receiver.recv_many(&mut batch, MAX_BATCH)).await {
-                    Ok(0) => return,
-                    Ok(_) => flush = since.elapsed() >= wait,
+                match tokio::time::timeout(left, inbox.next_batch(&mut batch)).await {
+                    Ok(false) => return,
+                    Ok(true) => flush = since.elapsed() >= wait,
                     Err(_) => flush = true,
                 }
             } else if self.postponed.is_empty() {
-                if receiver.recv_many(&mut batch, MAX_BATCH).await == 0 {
+                if !inbox.next_batch(&mut batch).await {
                     return;
                 }
             } else {
                 batch.append(&mut self.postponed);
-                while batch.len() < MAX_BATCH {
-                    match receiver.try_recv() {
-                        Ok(command) => batch.push(command),
-                        Err(_) => break,
-                    }
-                }
+                inbox.take_queued(&mut batch);
             }
             self.process(std::mem::take(&mut batch), flush).await;
         }

@@ -1,5 +1,6 @@
-//! A writer task: the settings a new one is made from, its loop taking each batch off its
-//! channel, and the answers of each batch's pipeline (the pipeline itself: `pipeline.rs`).
+//! A writer task: the settings a new one is made from, what it does with each batch its mailbox
+//! hands it (`plumbing/mailbox.rs`), and the answers of each batch's pipeline (the pipeline
+//! itself: `pipeline.rs`).
 
 use std::sync::Arc;
 
@@ -14,6 +15,8 @@ use super::intents::IntentScripts;
 use super::script::{is_noscript, read_identity, read_mark, unexpected};
 use super::turn_scripts::TurnScripts;
 use crate::store::expected::ExpectedIdentity;
+use crate::store::plumbing::inbox::Inbox;
+use crate::store::plumbing::mailbox::{serve, Owner};
 use crate::store::StoreError;
 
 /// Requests that may queue for the writer before callers wait (their store timeout still runs).
@@ -44,11 +47,10 @@ impl WriterTemplate {
             intent_scripts: self.intent_scripts.clone(),
             turn_scripts: self.turn_scripts.clone(),
             prefix: self.prefix.clone(),
-            max_batch: self.max_batch,
             url: self.url.clone(),
             expected: Arc::clone(&self.expected),
         };
-        tokio::spawn(writer.run(receiver));
+        tokio::spawn(serve(writer, Inbox::new(receiver, self.max_batch)));
         commands
     }
 }
@@ -56,7 +58,7 @@ impl WriterTemplate {
 /// The owner of one Redis connection, serving the requests of one thread.
 ///
 /// Batching needs no timer: while one pipeline is in flight, new requests queue on the channel and
-/// the next loop takes all of them, so a lone request never waits for company. When a round trip
+/// the next batch takes all of them, so a lone request never waits for company. When a round trip
 /// fails the writer answers that batch with the error, drops the connection and connects again
 /// for the next batch.
 pub(super) struct Writer {
@@ -70,40 +72,16 @@ pub(super) struct Writer {
     pub(super) intent_scripts: IntentScripts,
     pub(super) turn_scripts: TurnScripts,
     pub(super) prefix: String,
-    max_batch: usize,
     /// The server's URL without its password, for logs.
     pub(super) url: String,
     /// Compared by every advance script call.
     pub(super) expected: Arc<ExpectedIdentity>,
 }
 
-impl Writer {
-    async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
-        let mut batch = Vec::with_capacity(self.max_batch);
-        while let Some(first) = receiver.recv().await {
-            batch.push(first);
-            while batch.len() < self.max_batch {
-                match receiver.try_recv() {
-                    Ok(command) => batch.push(command),
-                    Err(_) => break,
-                }
-            }
-            if let Some(close) = self.process(&mut batch).await {
-                receiver.close();
-                // Answer whatever raced in behind the close so no caller waits forever.
-                while let Ok(command) = receiver.try_recv() {
-                    if let Some(other_close) = fail(command, || StoreError::Closed) {
-                        let _ = other_close.send(());
-                    }
-                }
-                self.connection = None;
-                let _ = close.send(());
-                return;
-            }
-        }
-    }
+impl Owner for Writer {
+    type Command = Command;
 
-    /// Answers every command of `batch` (draining it); returns the reply of a close request.
+    /// Skips the commands whose callers gave up and sends the rest as one pipeline.
     async fn process(&mut self, batch: &mut Vec<Command>) -> Option<oneshot::Sender<()>> {
         let mut close = None;
         let mut pending = Vec::with_capacity(batch.len());
@@ -124,6 +102,12 @@ impl Writer {
         close
     }
 
+    fn refuse(command: Command) -> Option<oneshot::Sender<()>> {
+        fail(command, || StoreError::Closed)
+    }
+}
+
+impl Writer {
     /// Sends `pending` as one pipeline and answers it. Advances, and command groups whose every
     /// command met an empty script cache (a restarted server, `SCRIPT FLUSH`), are sent once more
     /// after loading the scripts again; they were not run, so running them now cannot apply a

@@ -34,6 +34,7 @@ pub struct Facts {
 
 /// The problem document and the one header it adds, if any: `Allow`, else `X-Fence-Current`,
 /// else the kind's `Retry-After`.
+#[inline]
 pub fn answer(
     kind: ErrorKind,
     detail: String,

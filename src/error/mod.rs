@@ -255,6 +255,7 @@ impl GatewayError {
 
     /// What the answer and the log line say besides the kind and detail: the tokens, the mark,
     /// how long to wait, what is allowed.
+    #[inline]
     fn facts(&self) -> Facts {
         let mut facts = Facts::default();
         match self {

@@ -41,8 +41,11 @@ impl<'a> FencedWrite<'a> {
     }
 
     /// The plain step: the store's own compare-and-advance. `Ok` is the mark the token replaced.
-    pub async fn advance(&self, store: &CheckedStore) -> Result<Option<u64>, RequestError> {
-        self.advance_as("advance", store).await
+    pub fn advance<'s>(
+        &'s self,
+        store: &'s CheckedStore,
+    ) -> impl Future<Output = Result<Option<u64>, RequestError>> + 's {
+        self.advance_as("advance", store)
     }
 
     /// [`advance`](Self::advance), counted in the store metrics under `op`.

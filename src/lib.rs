@@ -63,7 +63,6 @@
 
 #[cfg(feature = "admin")]
 pub mod admin;
-pub mod admin_client;
 pub mod app;
 pub mod authority;
 pub mod body;

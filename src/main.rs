@@ -1,12 +1,15 @@
 //! The `fencegate` binary: parses flags, starts logging, loads the configuration and hands it to
-//! [`fencegate::App`]. Everything else lives in the library, where the tests reach it too.
+//! [`fencegate::App`]. Everything else lives in the library, where the tests reach it too, but
+//! for what only the command line uses (`cli/`).
 #![forbid(unsafe_code)]
+
+mod cli;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use fencegate::admin_client::AdminClient;
+use cli::admin_client::AdminClient;
 use fencegate::compiled::Compiled;
 
 /// mimalloc instead of the system allocator: a proxied request makes a few dozen small
@@ -183,12 +186,11 @@ fn fencegate_intents(command: IntentsCommand) -> ExitCode {
                     ));
                 };
                 let client = AdminClient::new(admin).map_err(|e| e.to_string())?;
-                return fencegate::idempotency::cli::run_remote(&client, command.into()).await;
+                return cli::intents::run_remote(&client, command.into()).await;
             }
             Err(e) => return Err(e.to_string()),
         };
-        let result =
-            fencegate::idempotency::cli::run(backend.intents.as_ref(), command.into()).await;
+        let result = cli::intents::run(backend.intents.as_ref(), command.into()).await;
         let _ = backend.fences.close().await;
         result
     })
@@ -217,9 +219,9 @@ fn health(path: &Path, live: bool) -> ExitCode {
     })
 }
 
-impl From<IntentsCommand> for fencegate::idempotency::cli::Request {
+impl From<IntentsCommand> for cli::intents::Request {
     fn from(command: IntentsCommand) -> Self {
-        use fencegate::idempotency::cli::Request;
+        use cli::intents::Request;
         match command {
             IntentsCommand::List {
                 older_than, limit, ..

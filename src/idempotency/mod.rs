@@ -5,7 +5,6 @@
 //! provider's answer as it streams to the client.
 
 mod admission;
-pub mod cli;
 mod inject;
 mod key;
 mod layer;

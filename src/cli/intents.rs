@@ -3,9 +3,10 @@
 //! on the store itself, or through a running gateway's admin API when that gateway holds the
 //! embedded store's file.
 
-use super::{now_ms, reconcile};
-use crate::admin_client::AdminClient;
-use crate::store::{IntentStore, Resolution};
+use fencegate::idempotency::{now_ms, reconcile};
+use fencegate::store::{IntentStore, Resolution};
+
+use super::admin_client::AdminClient;
 
 /// A parsed `fencegate intents` command.
 pub enum Request {
@@ -75,7 +76,7 @@ pub async fn run_remote(client: &AdminClient, request: Request) -> Result<String
     let encode = |text: &str| {
         percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
     };
-    let failed = |answer: &crate::admin_client::AdminAnswer| {
+    let failed = |answer: &super::admin_client::AdminAnswer| {
         format!(
             "the gateway's admin API at {} answered {}: {}",
             client.addr(),

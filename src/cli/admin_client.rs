@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{header, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 
-use crate::config::AdminConfig;
+use fencegate::config::AdminConfig;
 
 /// How long one admin call may take, connection included.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);

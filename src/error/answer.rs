@@ -46,19 +46,18 @@ pub fn answer(
     problem.fence = facts.fence;
     problem.current_fence = facts.current_fence;
     problem.max_advance = facts.max_advance;
-    let retry = match kind.spec().retry {
-        Retry::No => None,
-        Retry::Soon => Some(HeaderValue::from_static(RETRY_SOON_SECS)),
-        Retry::After => facts.retry_after_secs.map(HeaderValue::from),
+    // Only the header sent is made.
+    let extra = if let Some(allow) = facts.allow {
+        Some((header::ALLOW, HeaderValue::from_static(allow)))
+    } else if let (true, Some(current)) = (facts.fence_header, facts.current_fence) {
+        Some((X_FENCE_CURRENT, HeaderValue::from(current)))
+    } else {
+        let retry = match kind.spec().retry {
+            Retry::No => None,
+            Retry::Soon => Some(HeaderValue::from_static(RETRY_SOON_SECS)),
+            Retry::After => facts.retry_after_secs.map(HeaderValue::from),
+        };
+        retry.map(|value| (header::RETRY_AFTER, value))
     };
-    let fence_current = facts
-        .current_fence
-        .filter(|_| facts.fence_header)
-        .map(|current| (X_FENCE_CURRENT, HeaderValue::from(current)));
-    let extra = facts
-        .allow
-        .map(|allow| (header::ALLOW, HeaderValue::from_static(allow)))
-        .or(fence_current)
-        .or(retry.map(|value| (header::RETRY_AFTER, value)));
     (problem, extra)
 }

@@ -30,6 +30,7 @@ pub struct FencedWrite<'a> {
 
 impl<'a> FencedWrite<'a> {
     /// `admission` on `route`, counted in the route's counters.
+    #[inline]
     pub fn on_route(route: &'a CompiledRoute, admission: &'a Admission) -> FencedWrite<'a> {
         FencedWrite {
             key: &admission.key,
@@ -94,6 +95,7 @@ impl<'a> FencedWrite<'a> {
     }
 
     /// A stale token's refusal, counted.
+    #[inline]
     pub fn stale(&self, current: u64) -> RequestError {
         self.count(|counters| &counters.stale);
         GatewayError::StaleFence {
@@ -136,6 +138,7 @@ impl<'a> FencedWrite<'a> {
         }
     }
 
+    #[inline]
     fn count(&self, counter: impl FnOnce(&RouteCounters) -> &prometheus::IntCounter) {
         if let Some(counters) = self.counters {
             RouteCounters::bump(counter(counters));

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::authority::Authorities;
-use crate::budget::MemoryBudget;
+use crate::body::budget::MemoryBudget;
 use crate::compiled::{Compiled, ListenerSettings};
 use crate::config::{Config, RestartSections};
 use crate::descriptors;

@@ -12,13 +12,12 @@
 //!   compiled once (the route table) for `check-config`, `serve` and every reload.
 //! - [`route`]: the canonical form of a request's path, method spellings and fenced method sets,
 //!   path patterns, resource-key templates, and the compiled route table with each route's
-//!   settings (its upstream, its idempotency, which layer makes its advance), reading `;`
-//!   parameters and format suffixes every way an upstream might.
+//!   settings (its upstream, its idempotency, which layer makes its advance, its counters),
+//!   reading `;` parameters and format suffixes every way an upstream might.
 //! - [`server`]: the listeners — the gateway's own HTTP/1.x server and hyper's HTTP/2 (h2c or
 //!   ALPN), header, stream and connection limits (a 503 refusal over `max_connections`), a
 //!   timeout for every connection state, graceful drain on shutdown; the admin listener's own cap.
 //! - [`descriptors`]: the open-file limit, raised at start and checked against every cap.
-//! - [`budget`]: the process-wide budget for bodies held in memory (503 `memory-busy`).
 //! - [`request_id`]: `X-Request-Id` — kept from the client when sane, else generated; forwarded,
 //!   returned on every response and logged with every refusal.
 //! - [`checks`]: the `Host` and WebDAV `Destination` of a request's head.
@@ -38,19 +37,19 @@
 //! - [`store`]: the `FenceStore` trait and its backends (`embedded/`, `postgres/`, `redis/`,
 //!   `etcd/`), with their shared plumbing.
 //! - [`etcd`]: the client of etcd's v3 HTTP/JSON gateway the etcd store and authority share.
-//! - [`proxy`]: header rules (hop-by-hop, `Via`, `Forwarded`), the stack's shared shapes and
-//!   forwarding.
+//! - [`proxy`]: header rules (hop-by-hop, `Via`, `Forwarded`), the stack's shared shapes (among
+//!   them what the layers hand each other in request extensions) and forwarding.
 //! - [`upstream_auth`]: credentials the gateway obtains for an upstream itself (OAuth2 client
 //!   credentials), cached and renewed.
 //! - [`tls`]: PEM files, the listeners' reloadable TLS settings, upstream TLS, and why a
 //!   handshake with an upstream failed.
 //! - [`embed`]: the fence as a tower layer for a service's own handlers, without the proxy.
 //!
-//! Shared by all of them, depending on none: [`body`] (the body types), [`extensions`] (what the
-//! layers hand each other in request extensions), [`input_type`] (typed key inputs, `{id:int}`,
+//! Shared by all of them, depending on none: [`body`] (the body types, and the process-wide budget
+//! for bodies held in memory: 503 `memory-busy`), [`input_type`] (typed key inputs, `{id:int}`,
 //! and the rule for untyped ones, shared by route patterns, key templates and lock mappings).
 //! And around them: [`error`] (every failure as a kind in one table, answered as RFC 9457 problem details),
-//! [`stats`] (per-route counters), [`metrics`] (the Prometheus registry), [`reload`] (the route
+//! [`metrics`] (the Prometheus registry), [`reload`] (the route
 //! table in force, swapped on SIGHUP or `POST /admin/reload`), [`admin`] (metrics, health, marks,
 //! routes, intents), [`app`] (one way to start: `App::build` → `serve`) and [`logging`] (text or
 //! JSON lines, with every value from a request escaped).
@@ -66,7 +65,6 @@ pub mod admin;
 pub mod app;
 pub mod authority;
 pub mod body;
-pub mod budget;
 pub mod checks;
 pub mod compiled;
 pub mod config;
@@ -76,7 +74,6 @@ pub mod embed;
 pub mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
-pub mod extensions;
 pub mod fence;
 pub mod gate;
 pub mod gateway;
@@ -90,7 +87,6 @@ pub mod reload;
 pub mod request_id;
 pub mod route;
 pub mod server;
-pub mod stats;
 pub mod store;
 pub mod telemetry;
 pub mod tls;

@@ -15,7 +15,9 @@ use prometheus::{
 
 use crate::authority::AuthorityMetrics;
 use crate::route::{CompiledRoute, RouteTable};
-use crate::stats::{self, ResponseSeries, RouteCounters, RouteMetrics};
+use crate::route::{
+    ResponseSeries, RouteCounters, RouteMetrics, METHOD_LABELS as METHOD_LABEL_COUNT,
+};
 
 /// Store operations' buckets, from 100 µs to 10 s: round trips sit at the low end, and a call
 /// is cut off by its route's `store_timeout` (2 s by default).
@@ -32,7 +34,7 @@ const REQUEST_BUCKETS: [f64; 16] = [
 ];
 
 /// The `method` label values: the methods a route may forward, and `other` for any else.
-const METHOD_LABELS: [&str; stats::METHOD_LABELS] = [
+const METHOD_LABELS: [&str; METHOD_LABEL_COUNT] = [
     "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "other",
 ];
 

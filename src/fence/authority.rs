@@ -9,10 +9,10 @@ use futures_util::future::BoxFuture;
 use crate::authority::{Authorities, AuthorityRefusal, MarkRaiser};
 use crate::config::Compare;
 use crate::error::{GatewayError, RequestError};
-use crate::extensions::Admission;
 use crate::guard::CheckedStore;
+use crate::proxy::extensions::Admission;
 use crate::route::CompiledRoute;
-use crate::stats::RouteCounters;
+use crate::route::RouteCounters;
 
 /// How long one mark raise of the authority may wait for the store.
 const RAISE_TIMEOUT: Duration = Duration::from_secs(5);

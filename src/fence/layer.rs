@@ -18,11 +18,11 @@ use crate::authority::Authorities;
 use crate::body::{ProxyBody, RequestBody};
 use crate::config::{FenceMode, OnStoreError};
 use crate::error::{ErrorKind, GatewayError, Origin, RequestError};
-use crate::extensions::Admission;
 use crate::guard::CheckedStore;
+use crate::proxy::extensions::Admission;
 use crate::proxy::{ProxyFuture, StackService};
+use crate::route::RouteCounters;
 use crate::route::{AdvanceBy, CompiledRoute, RequestParts, RouteMatch};
-use crate::stats::RouteCounters;
 use crate::telemetry::{AccessNote, Verdict};
 use crate::token::{read_fence_header, SignatureError, TokenError};
 

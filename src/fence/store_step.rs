@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use crate::config::Compare;
 use crate::error::{GatewayError, RequestError};
-use crate::extensions::Admission;
 use crate::guard::CheckedStore;
+use crate::proxy::extensions::Admission;
 use crate::route::CompiledRoute;
-use crate::stats::RouteCounters;
+use crate::route::RouteCounters;
 use crate::store::{Advance, StoreError};
 
 /// A store call's answer, or the moment its timeout ran out.

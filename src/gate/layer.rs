@@ -17,14 +17,14 @@ use super::read_ahead::{read_ahead, ReadAhead};
 use super::{
     Busy, CrossReplicaGate, CrossReplicaGateError, CrossReplicaPass, GatedBody, Gates, LocalPass,
 };
+use crate::body::budget::MemoryBudget;
 use crate::body::{ProxyBody, RequestBody};
-use crate::budget::MemoryBudget;
 use crate::config::Ordering;
 use crate::error::{GatewayError, RequestError};
-use crate::extensions::Admission;
 use crate::fence::{store_call, store_failed, FencedWrite};
 use crate::guard::{AdvanceMade, CheckedStore};
 use crate::metrics::Metrics;
+use crate::proxy::extensions::Admission;
 use crate::proxy::{ProxyFuture, StackService};
 use crate::route::{AdvanceBy, CompiledRoute, RouteMatch};
 use crate::store::{Advance, StoreError};

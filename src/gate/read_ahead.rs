@@ -14,8 +14,8 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt as _;
 use tokio::time::Instant;
 
+use crate::body::budget::{MemoryBudget, Reservation};
 use crate::body::{BoxError, ProxyBody};
-use crate::budget::{MemoryBudget, Reservation};
 use crate::proxy::Prefixed;
 
 /// A response body after the read-ahead.
@@ -73,7 +73,7 @@ pub async fn read_ahead(
 
 fn partial(read: BytesMut, rest: ProxyBody, reservation: Reservation) -> ReadAhead {
     ReadAhead::Partial(
-        crate::budget::Budgeted::new(Prefixed::new(read.freeze(), rest), reservation).boxed(),
+        crate::body::budget::Budgeted::new(Prefixed::new(read.freeze(), rest), reservation).boxed(),
     )
 }
 

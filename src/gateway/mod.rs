@@ -18,16 +18,16 @@ use http::{Request, Response};
 use tower::{Service, ServiceBuilder};
 
 use crate::authority::Authorities;
+use crate::body::budget::MemoryBudget;
 use crate::body::ProxyBody;
-use crate::budget::MemoryBudget;
 use crate::checks::{check_host, transfer_coding_is_plain};
 use crate::error::{GatewayError, Origin};
-use crate::extensions::AmbiguousFraming;
 use crate::fence::{Fence, FenceLayer};
 use crate::gate::{Gate, GateLayer, Gates};
 use crate::guard::CheckedStore;
 use crate::idempotency::{Idempotency, IdempotencyLayer, IntentBackend};
 use crate::metrics::Metrics;
+use crate::proxy::extensions::AmbiguousFraming;
 use crate::proxy::{
     streamed_body, strip_hop_by_hop_headers, strip_path_override_headers, ClientAddr, Proxy,
     UpstreamSlots,

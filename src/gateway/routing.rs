@@ -14,8 +14,8 @@ use tower::{Layer, Service};
 use crate::body::{ProxyBody, RequestBody};
 use crate::checks::check_destination;
 use crate::error::{GatewayError, Origin, RequestError};
-use crate::extensions::GatewayReplay;
 use crate::metrics::Metrics;
+use crate::proxy::extensions::GatewayReplay;
 use crate::reload::RouteSource;
 use crate::route::{
     canonicalize, check_method_override, CompiledRoute, PathRefusal, RouteMatch, RouteTable,

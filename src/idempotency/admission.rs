@@ -3,9 +3,9 @@
 //! backend has one (`CheckedStore::advance_and_begin`), else the advance and then the begin.
 
 use crate::error::{GatewayError, RequestError};
-use crate::extensions::Admission;
 use crate::fence::{store_failed, FencedWrite};
 use crate::guard::CheckedStore;
+use crate::proxy::extensions::Admission;
 use crate::route::CompiledRoute;
 use crate::store::{BeginRequest, Begun, IntentStore};
 

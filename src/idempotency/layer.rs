@@ -15,18 +15,18 @@ use tower::{Layer, Service};
 use super::admission::{advance_and_begin, IntentBackend};
 use super::inject::{client_key_in_body, inject_json};
 use super::{decode_client_key, encode_key, fingerprint, idempotency_key, now_ms};
+use crate::body::budget::{Budgeted, MemoryBudget};
 use crate::body::{full_body, ProxyBody, RequestBody};
-use crate::budget::{Budgeted, MemoryBudget};
 use crate::config::{ClientKey, UnknownOutcome, WhenMissing};
 use crate::error::{GatewayError, RequestError};
-use crate::extensions::{Admission, GatewayReplay};
 use crate::fence::{store_call, FencedWrite};
+use crate::proxy::extensions::{Admission, GatewayReplay};
 use crate::proxy::{
     read_prefix, read_request, Prefix, Prefixed, ProxyFuture, ReadFailure, StackService,
 };
 use crate::route::IdempotencySettings;
+use crate::route::RouteCounters;
 use crate::route::{AdvanceBy, CompiledRoute, Inject, RenderError, RequestParts, RouteMatch};
-use crate::stats::RouteCounters;
 use crate::store::{BeginRequest, Begun, IntentStore, Resolution, StoredOutcome};
 use crate::telemetry::{AccessNote, Verdict};
 

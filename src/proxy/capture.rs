@@ -7,8 +7,8 @@ use bytes::{Bytes, BytesMut};
 use http_body::Body as _;
 use http_body_util::BodyExt as _;
 
+use crate::body::budget::{MemoryBudget, MemoryBusy, Reservation};
 use crate::body::{BoxError, ProxyBody, RequestBody};
-use crate::budget::{MemoryBudget, MemoryBusy, Reservation};
 
 /// Why a request body could not be read whole.
 #[derive(Debug)]

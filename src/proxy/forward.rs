@@ -21,8 +21,8 @@ use super::capture::{read_request, ReadFailure};
 use super::headers::{
     append_forwarded_headers, append_via, strip_hop_by_hop_headers, ClientNode, ForwardedFor,
 };
+use crate::body::budget::{MemoryBudget, Reservation};
 use crate::body::{is_body_limit_exceeded, ProxyBody, RequestBody};
-use crate::budget::{MemoryBudget, Reservation};
 use crate::error::{GatewayError, RequestError};
 use crate::metrics::Metrics;
 use crate::route::RouteMatch;

@@ -6,6 +6,7 @@
 pub mod body_decoder;
 mod capture;
 mod client_stream;
+pub mod extensions;
 mod forward;
 mod h1;
 mod headers;

@@ -4,6 +4,7 @@
 
 mod advance_by;
 mod canonical;
+mod counters;
 mod fold;
 mod idempotency;
 mod method;
@@ -15,6 +16,7 @@ mod upstream_headers;
 
 pub use advance_by::AdvanceBy;
 pub use canonical::{canonicalize, CanonicalPath, PathRefusal, MAX_CAPTURE_LEN};
+pub use counters::{ResponseSeries, RouteCounters, RouteMetrics, METHOD_LABELS};
 pub use fold::same_ignoring_case;
 pub use idempotency::{
     is_replayable_header, IdempotencySettings, Inject, SettingsError, TEMPLATE_EXTRAS,

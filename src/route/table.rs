@@ -7,6 +7,7 @@ use http::{HeaderMap, HeaderName, Method};
 use smallvec::SmallVec;
 
 use super::advance_by::{AdvanceBy, InstalledOwner};
+use super::counters::{RouteCounters, RouteMetrics};
 use super::idempotency::IdempotencySettings;
 use super::upstream::UpstreamTarget;
 use super::upstream_headers::{compile_strip_list, UpstreamHeaders};
@@ -17,7 +18,6 @@ use crate::config::{
     RouteConfig,
 };
 use crate::input_type::InputType;
-use crate::stats::{RouteCounters, RouteMetrics};
 use crate::tls::UpstreamTls;
 use crate::token::{signature_key_from, SignatureKey};
 use crate::upstream_auth::UpstreamAuth;

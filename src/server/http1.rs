@@ -28,9 +28,9 @@ use super::response_head::{
     Status,
 };
 use crate::body::ProxyBody;
-use crate::extensions::AmbiguousFraming;
 use crate::gateway::Gateway;
 use crate::proxy::body_decoder::BodyFraming;
+use crate::proxy::extensions::AmbiguousFraming;
 use crate::proxy::ClientAddr;
 
 /// Response bytes gathered before they are written even though the body has more ready.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fencegate::stats::RouteCounters;
+use fencegate::route::RouteCounters;
 
 use crate::support;
 use crate::support::gateway::fenced_route;

@@ -110,7 +110,7 @@ async fn observe_mode_forwards_through_store_failures() {
     assert_eq!(reply.status, 200);
     assert_eq!(upstream.seen().len(), 1);
     assert_eq!(
-        fencegate::stats::RouteCounters::read(&gw.route("pay").counters().store_errors),
+        fencegate::route::RouteCounters::read(&gw.route("pay").counters().store_errors),
         1
     );
 }

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use fencegate::stats::RouteCounters;
+use fencegate::route::RouteCounters;
 use fencegate::token::sign_token;
 
 use crate::support;

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use fencegate::stats::RouteCounters;
+use fencegate::route::RouteCounters;
 
 use crate::support;
 use crate::support::postgres::{drop_schema, unique_schema};

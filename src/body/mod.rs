@@ -1,6 +1,9 @@
 //! The body types of the whole gateway: streamed bodies, or small buffers the gateway wrote or
-//! read itself (problem details, claim answers, fingerprinted idempotent requests). A leaf: it
-//! depends on no other module of the crate.
+//! read itself (problem details, claim answers, fingerprinted idempotent requests), and
+//! (`budget.rs`) the process-wide budget for the bodies it holds in memory. A leaf: it depends on
+//! no other module of the crate.
+
+pub mod budget;
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt as _, Full};

@@ -9,13 +9,20 @@
 # The configuration is read from /etc/fencegate/fencegate.toml (config/docker.toml by default);
 # the embedded store lives in the volume /var/lib/fencegate.
 
-FROM rust:1-bookworm AS build
+# The base images, swappable for locally made ones (scripts/image.sh builds this file with buildah
+# from bases it makes with debootstrap, where no registry is reachable).
+ARG BUILD_IMAGE=rust:1-bookworm
+ARG RUNTIME_IMAGE=debian:bookworm-slim
+
+FROM ${BUILD_IMAGE} AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY build.rs ./
 COPY src ./src
-# PostgreSQL migrations are embedded in the binary at build time.
+# PostgreSQL migrations are embedded in the binary at build time, and so is the admin API's
+# OpenAPI document (GET /admin/openapi.json).
 COPY migrations ./migrations
+COPY docs/admin-openapi.json ./docs/admin-openapi.json
 # Cargo.toml declares the bench and example targets, so their sources must be present.
 COPY benches ./benches
 COPY examples ./examples
@@ -23,7 +30,7 @@ COPY examples ./examples
 ENV CARGO_PROFILE_RELEASE_DEBUG=0
 RUN cargo build --release --locked --bin fencegate
 
-FROM debian:bookworm-slim
+FROM ${RUNTIME_IMAGE}
 # The web roots for https:// upstreams are compiled into the binary; the system's CA bundle is
 # there for private CAs appended to it and for tools run in the container. Certificates and keys
 # for [server.tls] / [routes.upstream_tls] are mounted, e.g. at /etc/fencegate/tls.

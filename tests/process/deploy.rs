@@ -665,6 +665,80 @@ fn store_and_state_dir_volumes_fit_the_backend_and_the_replicas() {
     );
 }
 
+/// Every file the crate reads while it compiles (`include_str!`, `include_bytes!`,
+/// `sqlx::migrate!`) is copied into the Dockerfile's build stage: a build from a clean context
+/// otherwise fails, as the image build found with `docs/admin-openapi.json`.
+#[test]
+fn the_build_stage_copies_every_file_the_crate_reads_while_it_compiles() {
+    let root = repo_path("");
+    let mut inputs = Vec::new();
+    let mut dirs = vec![repo_path("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read src") {
+            let path = entry.expect("a src entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|ext| ext != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("read a source file");
+            for (mac, relative_to_file) in [
+                ("include_str!(\"", true),
+                ("include_bytes!(\"", true),
+                ("sqlx::migrate!(\"", false),
+            ] {
+                for (at, _) in text.match_indices(mac) {
+                    let rest = &text[at + mac.len()..];
+                    let Some(end) = rest.find('"') else { continue };
+                    let base = match relative_to_file {
+                        true => path.parent().expect("a file's folder").to_path_buf(),
+                        false => root.clone(),
+                    };
+                    let file = std::fs::canonicalize(base.join(&rest[..end]))
+                        .unwrap_or_else(|e| panic!("{}: {}: {e}", path.display(), &rest[..end]));
+                    let root = std::fs::canonicalize(&root).expect("the repository");
+                    let relative = file.strip_prefix(&root).expect("inside the repository");
+                    inputs.push(relative.to_path_buf());
+                }
+            }
+        }
+    }
+    assert!(
+        inputs.iter().any(|p| p.starts_with("migrations")),
+        "the scan found no migrations: {inputs:?}"
+    );
+    // The build stage: from the first FROM to the next.
+    let instructions = dockerfile();
+    let stage: Vec<_> = instructions
+        .iter()
+        .skip_while(|(name, _)| name != "FROM")
+        .skip(1)
+        .take_while(|(name, _)| name != "FROM")
+        .collect();
+    let copied: Vec<PathBuf> = stage
+        .iter()
+        .filter(|(name, args)| name == "COPY" && !args.starts_with("--from"))
+        .flat_map(|(_, args)| {
+            let words: Vec<&str> = args.split_whitespace().collect();
+            let sources = &words[..words.len().saturating_sub(1)];
+            sources
+                .iter()
+                .map(|source| PathBuf::from(source.trim_start_matches("./")))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for input in &inputs {
+        assert!(
+            copied.iter().any(|source| input.starts_with(source)),
+            "the Dockerfile's build stage does not copy {}, which the crate reads while it \
+             compiles (copied: {copied:?})",
+            input.display()
+        );
+    }
+}
+
 /// The Dockerfile's instructions, continuation lines joined and comments left out, as
 /// (instruction, arguments).
 fn dockerfile() -> Vec<(String, String)> {

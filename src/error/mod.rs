@@ -361,43 +361,30 @@ impl RequestError {
     /// machinery: it is the refusal a flood of superseded holders makes common (a unit test
     /// holds it to the `Display` text).
     fn detail(&self) -> String {
-        let (GatewayError::StaleFence { token, current }, Some(key)) = (&self.error, &self.key)
-        else {
-            let mut detail = String::new();
-            if let Some(route) = &self.route {
-                detail.push_str("route ");
-                detail.push_str(route);
-                detail.push_str(": ");
-            }
-            if let Some(key) = &self.key {
-                detail.push_str("key ");
-                detail.push_str(key);
-                detail.push_str(": ");
-            }
-            detail.push_str(&self.error.detail());
-            return detail;
-        };
-        let mut token_digits = itoa::Buffer::new();
-        let mut current_digits = itoa::Buffer::new();
-        let parts = [
-            key.as_str(),
-            ": token ",
-            token_digits.format(*token),
-            " is below the high-water mark ",
-            current_digits.format(*current),
-        ];
         let route = self.route.as_deref();
-        let prefix = route.map_or(0, |route| "route ".len() + route.len() + ": ".len());
-        let mut detail = String::with_capacity(
-            prefix + "key ".len() + parts.iter().map(|part| part.len()).sum::<usize>(),
-        );
+        let key = self.key.as_deref();
+        let context = route.map_or(0, |r| "route : ".len() + r.len())
+            + key.map_or(0, |k| "key : ".len() + k.len());
+        let mut detail = String::with_capacity(context + 64);
         if let Some(route) = route {
             detail.push_str("route ");
             detail.push_str(route);
             detail.push_str(": ");
         }
-        detail.push_str("key ");
-        parts.iter().for_each(|part| detail.push_str(part));
+        if let Some(key) = key {
+            detail.push_str("key ");
+            detail.push_str(key);
+            detail.push_str(": ");
+        }
+        match &self.error {
+            GatewayError::StaleFence { token, current } => {
+                detail.push_str("token ");
+                detail.push_str(itoa::Buffer::new().format(*token));
+                detail.push_str(" is below the high-water mark ");
+                detail.push_str(itoa::Buffer::new().format(*current));
+            }
+            other => detail.push_str(&other.detail()),
+        }
         detail
     }
 
@@ -486,6 +473,8 @@ mod tests {
             ("a \"quoted\" key\n", 0, u64::MAX),
             ("", u64::MAX - 1, u64::MAX),
         ] {
+            let bare = RequestError::from(GatewayError::StaleFence { token, current });
+            assert_eq!(bare.detail(), bare.to_string());
             let error = GatewayError::StaleFence { token, current }.for_key(key);
             assert_eq!(error.detail(), error.to_string());
             let error = error.on_route("invoices");

@@ -7,7 +7,6 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::AdminState;
-use crate::authority::Service;
 use crate::route::CompiledRoute;
 
 pub(super) async fn list(State(state): State<AdminState>) -> Response {
@@ -24,7 +23,7 @@ fn describe(route: &CompiledRoute) -> Value {
     let fence = &route.fence;
     let authority = fence.authority.as_ref().map(|a| {
         json!({
-            "service": match a.service { Service::Etcd { .. } => "etcd", Service::Postgres { .. } => "postgres" },
+            "service": a.kind(),
             "require_live_lease": a.require_live_lease,
             "strict": a.strict,
             "on_unavailable": a.on_unavailable,

@@ -257,6 +257,19 @@ impl LockMapping {
         self.lock.literal_prefix()
     }
 
+    /// How many `/` a lock's name has: a placeholder stands for no `/`, so every lock of the
+    /// mapping has the same number (a ZooKeeper lock node's depth).
+    pub fn lock_slashes(&self) -> usize {
+        self.lock
+            .pieces
+            .iter()
+            .map(|piece| match piece {
+                Piece::Text(text) => text.matches('/').count(),
+                Piece::Slot(_) => 0,
+            })
+            .sum()
+    }
+
     /// The resource `lock` guards, when `lock` is one of this mapping's locks.
     pub fn resource_of(&self, lock: &str) -> Option<String> {
         self.resource.render(&self.lock.capture(lock, &self.types)?)

@@ -5,12 +5,15 @@
 //!
 //! `mapping.rs`: lock names ↔ resource keys; `settings.rs`: the table compiled; `view.rs`: the
 //! holders as last seen; `shared.rs`: that view with its sync state; `source.rs`: what a lock
-//! service offers; `etcd.rs`, `postgres.rs`: the two services; `claims.rs`: changes to marks;
+//! service offers; `etcd.rs`, `postgres.rs`, `zookeeper.rs`: the services; `claims.rs`: changes to marks;
 //! `confirms.rs`: batched linearizable reads.
 
-// With a lock service left out of the build (Cargo features `etcd`, `postgres`), what only it
-// feeds the watch with is left unused rather than written twice.
-#![cfg_attr(not(all(feature = "etcd", feature = "postgres")), allow(dead_code))]
+// With a lock service left out of the build (Cargo features `etcd`, `postgres`, `zookeeper`),
+// what only it feeds the watch with is left unused rather than written twice.
+#![cfg_attr(
+    not(all(feature = "etcd", feature = "postgres", feature = "zookeeper")),
+    allow(dead_code)
+)]
 
 mod claims;
 mod confirms;
@@ -23,6 +26,8 @@ pub mod settings;
 mod shared;
 mod source;
 pub mod view;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 pub use claims::MarkRaiser;
 pub use mapping::{LockMapping, MappingError};
@@ -98,7 +103,7 @@ pub struct AuthorityStatus {
     pub in_sync: bool,
     /// Whether the route refuses fenced writes while out of sync.
     pub fails_closed: bool,
-    /// The lock service's revision the view reflects (etcd).
+    /// The lock service's revision the view reflects (etcd's revision, ZooKeeper's zxid).
     pub revision: i64,
     pub holders: usize,
     pub error: Option<String>,
@@ -222,8 +227,19 @@ impl Authorities {
                 Ok(source) => Arc::new(source),
                 Err(error) => Arc::new(source::Broken(error)),
             },
+            #[cfg(feature = "zookeeper")]
+            Service::Zookeeper {
+                hosts,
+                token,
+                session_timeout,
+            } => Arc::new(zookeeper::ZookeeperLocks::new(
+                hosts,
+                *token,
+                *session_timeout,
+                settings,
+            )),
             // Left out of this build: the configuration check refuses such a route first.
-            #[cfg(not(all(feature = "etcd", feature = "postgres")))]
+            #[cfg(not(all(feature = "etcd", feature = "postgres", feature = "zookeeper")))]
             _ => Arc::new(source::Broken(crate::config::not_built_message(
                 &format!("{} lock authority", settings.kind()),
                 settings.kind(),

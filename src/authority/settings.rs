@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::config::{
-    AuthorityConfig, AuthorityKind, EtcdStoreConfig, OnAuthorityUnavailable,
+    AuthorityConfig, AuthorityKind, EtcdStoreConfig, OnAuthorityUnavailable, ZookeeperToken,
     DEFAULT_CACHE_CAPACITY, DEFAULT_ETCD_MAX_BATCH, DEFAULT_TURN_MARGIN,
 };
 
@@ -24,6 +24,12 @@ pub enum Service {
         url: String,
         table: String,
         poll_interval: Duration,
+    },
+    /// A ZooKeeper ensemble.
+    Zookeeper {
+        hosts: String,
+        token: ZookeeperToken,
+        session_timeout: Duration,
     },
 }
 
@@ -85,6 +91,7 @@ impl AuthoritySettings {
         let service = match config.kind {
             AuthorityKind::Etcd => etcd_service(config)?,
             AuthorityKind::Postgres => postgres_service(config)?,
+            AuthorityKind::Zookeeper => zookeeper_service(config)?,
         };
         Ok(AuthoritySettings {
             mapping,
@@ -100,6 +107,7 @@ impl AuthoritySettings {
         match self.service {
             Service::Etcd { .. } => "etcd",
             Service::Postgres { .. } => "postgres",
+            Service::Zookeeper { .. } => "zookeeper",
         }
     }
 }
@@ -112,6 +120,7 @@ fn etcd_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
             "PostgreSQL only: etcd is reached at `endpoints`".to_owned(),
         ));
     }
+    refuse_zookeeper_fields(config, "etcd")?;
     if config.endpoints.is_empty() {
         return Err(fail(
             "fence.authority.endpoints",
@@ -193,6 +202,7 @@ fn postgres_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
             "the PostgreSQL database holding the lease table, e.g. \"postgres://locks@db/app\"",
         ));
     };
+    refuse_zookeeper_fields(config, "PostgreSQL")?;
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(fail(
             "fence.authority.url",
@@ -231,5 +241,80 @@ fn postgres_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
         url: url.clone(),
         table: config.table.clone(),
         poll_interval: config.poll_interval,
+    })
+}
+
+/// `hosts` and `token` belong to a ZooKeeper authority only.
+fn refuse_zookeeper_fields(config: &AuthorityConfig, kind: &str) -> Result<(), MappingError> {
+    let field = if config.hosts.is_some() {
+        "fence.authority.hosts"
+    } else if config.token.is_some() {
+        "fence.authority.token"
+    } else {
+        return Ok(());
+    };
+    Err(MappingError {
+        field,
+        message: format!("ZooKeeper only; a {kind} authority does not take it"),
+    })
+}
+
+fn zookeeper_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
+    let fail = |field: &'static str, message: &str| MappingError {
+        field,
+        message: message.to_owned(),
+    };
+    let Some(hosts) = config.hosts.as_deref().map(str::trim) else {
+        return Err(fail(
+            "fence.authority.hosts",
+            "the ensemble's connect string, e.g. \"zk1:2181,zk2:2181,zk3:2181\" (a /chroot may follow)",
+        ));
+    };
+    let (servers, chroot) = hosts
+        .split_once('/')
+        .map_or((hosts, None), |(s, c)| (s, Some(c)));
+    let valid_server = |server: &str| {
+        server.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        })
+    };
+    if servers.is_empty() || !servers.split(',').map(str::trim).all(valid_server) {
+        return Err(fail(
+            "fence.authority.hosts",
+            "host:port pairs separated by commas, e.g. \"zk1:2181,zk2:2181\" (a /chroot may follow)",
+        ));
+    }
+    if chroot.is_some_and(|c| c.is_empty() || c.ends_with('/')) {
+        return Err(fail(
+            "fence.authority.hosts",
+            "a chroot is a path after the servers, e.g. \"zk1:2181/apps\", without a trailing /",
+        ));
+    }
+    if config.url.is_some()
+        || !config.endpoints.is_empty()
+        || config.username.is_some()
+        || config.password_env.is_some()
+        || config.password_file.is_some()
+        || config.tls.is_some()
+    {
+        return Err(fail(
+            "fence.authority.hosts",
+            "ZooKeeper is reached at `hosts` alone: url, endpoints, username, password_env, password_file and tls belong to other kinds",
+        ));
+    }
+    let lock = config.lock_key.as_str();
+    if !lock.starts_with('/') || lock.ends_with('/') || lock.contains("//") {
+        return Err(fail(
+            "fence.authority.lock_key",
+            "a ZooKeeper path: it starts with / and has no empty segment, e.g. \"/locks/invoice/{id}\"",
+        ));
+    }
+    if config.session_timeout < Duration::from_secs(1) {
+        return Err(fail("fence.authority.session_timeout", "at least 1s"));
+    }
+    Ok(Service::Zookeeper {
+        hosts: hosts.to_owned(),
+        token: config.token.unwrap_or_default(),
+        session_timeout: config.session_timeout,
     })
 }

@@ -13,6 +13,8 @@ pub const DEFAULT_AUTHORITY_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_LEASE_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// The lease table of docs/getting-tokens.md.
 pub const DEFAULT_LEASE_TABLE: &str = "lock_leases";
+/// The ZooKeeper session the gateway follows the locks with: a break shorter than this keeps it.
+pub const DEFAULT_ZOOKEEPER_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `[routes.fence.authority]`.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -21,7 +23,8 @@ pub struct AuthorityConfig {
     pub kind: AuthorityKind,
     /// The lock's name, with `{name}` placeholders for what varies (`locks/invoice/{id}`). On
     /// etcd, the contenders' keys sit one level below it (`locks/invoice/42/<lease>`), or the
-    /// lock is that one key; on PostgreSQL it is the lease row's `lock_key`.
+    /// lock is that one key; on PostgreSQL it is the lease row's `lock_key`; on ZooKeeper it is
+    /// the lock node's path (`/locks/invoice/{id}`), the contenders its children.
     pub lock_key: String,
     /// The resource key a lock guards, from the lock key's placeholders (`invoice:{id}`);
     /// absent: the route's own `resource_key`, which then may use only those placeholders.
@@ -61,6 +64,27 @@ pub struct AuthorityConfig {
     /// PostgreSQL: how often the lease table is read.
     #[serde(default = "default_poll_interval", with = "duration")]
     pub poll_interval: Duration,
+    /// ZooKeeper: the ensemble's connect string, `host:port[,host:port...][/chroot]`.
+    #[serde(default)]
+    pub hosts: Option<String>,
+    /// ZooKeeper: what a holder's token is (default: its sequence number).
+    #[serde(default)]
+    pub token: Option<ZookeeperToken>,
+    /// ZooKeeper: the timeout of the gateway's own session.
+    #[serde(default = "default_session_timeout", with = "duration")]
+    pub session_timeout: Duration,
+}
+
+/// ZooKeeper: which number of the holder's node is its fencing token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ZookeeperToken {
+    /// The node's sequence number, from the lock node's own counter (`lock-0000000007`: 7).
+    #[default]
+    Sequence,
+    /// The transaction id that created the node: ensemble-wide, it survives a lock node deleted
+    /// and made again.
+    Czxid,
 }
 
 /// Which lock service.
@@ -71,6 +95,9 @@ pub enum AuthorityKind {
     Etcd,
     /// The lease table of the reference design: the token is the row's `fence`.
     Postgres,
+    /// ZooKeeper's lock recipe (and Curator's `InterProcessMutex`): the token is the holder
+    /// node's sequence number or czxid.
+    Zookeeper,
 }
 
 /// What a route does while the gateway cannot follow the lock service.
@@ -89,6 +116,9 @@ fn default_timeout() -> Duration {
 }
 fn default_poll_interval() -> Duration {
     DEFAULT_LEASE_POLL_INTERVAL
+}
+fn default_session_timeout() -> Duration {
+    DEFAULT_ZOOKEEPER_SESSION_TIMEOUT
 }
 fn default_table() -> String {
     DEFAULT_LEASE_TABLE.to_owned()

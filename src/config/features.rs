@@ -49,14 +49,16 @@ pub fn check_built(config: &Config) -> Result<(), NotBuilt> {
         let Some(authority) = &route.fence.authority else {
             continue;
         };
-        let missing = match authority.kind {
-            AuthorityKind::Etcd => {
-                (!cfg!(feature = "etcd")).then_some(("etcd lock authority", "etcd"))
-            }
-            AuthorityKind::Postgres => {
-                (!cfg!(feature = "postgres")).then_some(("PostgreSQL lock authority", "postgres"))
-            }
-        };
+        let missing =
+            match authority.kind {
+                AuthorityKind::Etcd => {
+                    (!cfg!(feature = "etcd")).then_some(("etcd lock authority", "etcd"))
+                }
+                AuthorityKind::Postgres => (!cfg!(feature = "postgres"))
+                    .then_some(("PostgreSQL lock authority", "postgres")),
+                AuthorityKind::Zookeeper => (!cfg!(feature = "zookeeper"))
+                    .then_some(("ZooKeeper lock authority", "zookeeper")),
+            };
         if let Some((what, feature)) = missing {
             return Err(refuse(
                 Some(&route.name),
@@ -123,6 +125,12 @@ mod tests {
                 cfg!(feature = "postgres"),
                 "fence.authority.kind",
                 "postgres",
+            ),
+            (
+                format!("{route}\n[routes.fence.authority]\nkind = \"zookeeper\"\nhosts = \"127.0.0.1:2181\"\nlock_key = \"/locks/{{id}}\"\n"),
+                cfg!(feature = "zookeeper"),
+                "fence.authority.kind",
+                "zookeeper",
             ),
         ];
         for (table, built, field, feature) in cases {

@@ -24,8 +24,9 @@ mod upstream_auth;
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_MAX_CONNECTIONS};
 pub use authority::{
-    AuthorityConfig, AuthorityKind, OnAuthorityUnavailable, DEFAULT_AUTHORITY_TIMEOUT,
-    DEFAULT_LEASE_POLL_INTERVAL, DEFAULT_LEASE_TABLE,
+    AuthorityConfig, AuthorityKind, OnAuthorityUnavailable, ZookeeperToken,
+    DEFAULT_AUTHORITY_TIMEOUT, DEFAULT_LEASE_POLL_INTERVAL, DEFAULT_LEASE_TABLE,
+    DEFAULT_ZOOKEEPER_SESSION_TIMEOUT,
 };
 pub use error::ConfigError;
 pub use features::{check_built, not_built_message, NotBuilt};

@@ -16,7 +16,7 @@ const ADMIN_TOKEN: &str = "authority-test-token";
 /// Longest wait for the watch to report a change.
 const FOLLOW_WAIT: Duration = Duration::from_secs(10);
 
-fn route(upstream: &str, name: &str, authority: &str) -> String {
+pub(super) fn route(upstream: &str, name: &str, authority: &str) -> String {
     format!(
         r#"
 [[routes]]
@@ -42,6 +42,16 @@ fn etcd_authority(prefix: &str, extra: &str) -> String {
 
 /// Waits until `key`'s mark is `want`.
 async fn until_mark(gateway: &TestGateway, key: &str, want: u64) {
+    until_mark_within(gateway, key, want, FOLLOW_WAIT).await;
+}
+
+/// Waits until `key`'s mark is `want`, up to `within`.
+pub(super) async fn until_mark_within(
+    gateway: &TestGateway,
+    key: &str,
+    want: u64,
+    within: Duration,
+) {
     let started = Instant::now();
     loop {
         let mark = gateway.store().current(key).await.expect("store answers");
@@ -49,14 +59,14 @@ async fn until_mark(gateway: &TestGateway, key: &str, want: u64) {
             return;
         }
         assert!(
-            started.elapsed() < FOLLOW_WAIT,
-            "{key}: mark {mark:?}, expected {want} within {FOLLOW_WAIT:?}"
+            started.elapsed() < within,
+            "{key}: mark {mark:?}, expected {want} within {within:?}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
-async fn write(gateway: &TestGateway, path: &str, token: u64) -> (u16, String) {
+pub(super) async fn write(gateway: &TestGateway, path: &str, token: u64) -> (u16, String) {
     let reply = send(
         "PUT",
         &gateway.url(path),

@@ -11,6 +11,7 @@
 mod support;
 
 mod authority;
+mod authority_zookeeper;
 mod claim_waits;
 mod etcd_access;
 mod fail_closed;

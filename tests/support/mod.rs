@@ -37,6 +37,7 @@ pub mod stripe;
 pub mod tls;
 pub mod upstream;
 pub mod wire;
+pub mod zookeeper;
 
 pub use client::{send, send_h2, Reply};
 pub use gateway::TestGateway;

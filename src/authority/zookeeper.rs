@@ -1,0 +1,441 @@
+//! Locks in ZooKeeper, as its lock recipe and Curator's `InterProcessMutex` take them: each
+//! contender creates an ephemeral sequential child of the lock node (`lock-0000000007`, Curator's
+//! `_c_<uuid>-lock-0000000007`, kazoo's `<uuid>__lock__0000000007`), the lowest sequence number
+//! holds the lock, and that number (or the child's czxid) is the token; a session that ends takes
+//! its child with it. Followed by a persistent recursive watch on the locks' common parent, each
+//! change re-reading its lock's children; a break ends the session and the next one reads all.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::future::{try_join_all, BoxFuture};
+use futures_util::FutureExt as _;
+use zookeeper_client as zk;
+
+use super::mapping::LockMapping;
+use super::settings::AuthoritySettings;
+use super::source::{Feed, LockSource};
+use super::view::Holder;
+use crate::config::ZookeeperToken;
+
+/// Pause before following again after a break, doubled up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Digits ZooKeeper appends to a sequential node's name.
+const SEQUENCE_DIGITS: usize = 10;
+/// Reads of a lock whose holder's node went between listing and stat (czxid tokens).
+const HOLDER_READS: usize = 3;
+
+pub(super) struct ZookeeperLocks {
+    hosts: String,
+    session_timeout: Duration,
+    request_timeout: Duration,
+    token: ZookeeperToken,
+    mapping: LockMapping,
+    /// The deepest node above every lock node: the watch's root.
+    root: String,
+    /// How many levels below `root` the lock nodes are.
+    depth: usize,
+    /// The session being followed; confirms read through it.
+    session: Mutex<Option<zk::Client>>,
+}
+
+/// A lock's holder as one read found it, and the lock node's `pzxid` (the last change to its
+/// children; 0 when the node is missing).
+struct Read {
+    holder: Option<u64>,
+    pzxid: i64,
+}
+
+impl ZookeeperLocks {
+    pub(super) fn new(
+        hosts: &str,
+        token: ZookeeperToken,
+        session_timeout: Duration,
+        settings: &AuthoritySettings,
+    ) -> ZookeeperLocks {
+        let (root, depth) = watch_root(
+            settings.mapping.lock_prefix(),
+            settings.mapping.lock_slashes(),
+        );
+        ZookeeperLocks {
+            hosts: hosts.to_owned(),
+            session_timeout,
+            request_timeout: settings.request_timeout,
+            token,
+            mapping: settings.mapping.clone(),
+            root,
+            depth,
+            session: Mutex::new(None),
+        }
+    }
+
+    async fn connect(&self) -> Result<zk::Client, String> {
+        let connecting = zk::Client::connector()
+            .with_session_timeout(self.session_timeout)
+            .with_connection_timeout(self.request_timeout)
+            .connect(&self.hosts);
+        match tokio::time::timeout(self.session_timeout, connecting).await {
+            Ok(Ok(client)) => Ok(client),
+            Ok(Err(e)) => Err(format!("connecting to ZooKeeper ({}): {e}", self.hosts)),
+            Err(_) => Err(format!(
+                "connecting to ZooKeeper ({}): no session within {:?}",
+                self.hosts, self.session_timeout
+            )),
+        }
+    }
+
+    /// `call` within the request timeout.
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = Result<T, zk::Error>>,
+    ) -> Result<T, String> {
+        match tokio::time::timeout(self.request_timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(format!("{what}: {e}")),
+            Err(_) => Err(format!(
+                "{what}: no answer within {:?}",
+                self.request_timeout
+            )),
+        }
+    }
+
+    /// `lock`'s holder now: its lowest sequential child.
+    async fn read_lock(&self, client: &zk::Client, lock: &str) -> Result<Read, String> {
+        for _ in 0..HOLDER_READS {
+            let listed =
+                match tokio::time::timeout(self.request_timeout, client.get_children(lock)).await {
+                    Ok(Ok(listed)) => listed,
+                    Ok(Err(zk::Error::NoNode)) => {
+                        return Ok(Read {
+                            holder: None,
+                            pzxid: 0,
+                        })
+                    }
+                    Ok(Err(e)) => return Err(format!("reading {lock}: {e}")),
+                    Err(_) => {
+                        return Err(format!(
+                            "reading {lock}: no answer within {:?}",
+                            self.request_timeout
+                        ))
+                    }
+                };
+            let (children, stat) = listed;
+            let Some((child, sequence)) = lowest_contender(&children) else {
+                return Ok(Read {
+                    holder: None,
+                    pzxid: stat.pzxid,
+                });
+            };
+            let token = match self.token {
+                ZookeeperToken::Sequence => sequence,
+                ZookeeperToken::Czxid => {
+                    let path = format!("{lock}/{child}");
+                    match self
+                        .bounded(&format!("reading {path}"), client.check_stat(&path))
+                        .await?
+                    {
+                        Some(node) => match u64::try_from(node.czxid) {
+                            Ok(czxid) => czxid,
+                            Err(_) => {
+                                return Err(format!("{path}: czxid {} below zero", node.czxid))
+                            }
+                        },
+                        // The holder's node went since the listing: list again.
+                        None => continue,
+                    }
+                }
+            };
+            return Ok(Read {
+                holder: Some(token),
+                pzxid: stat.pzxid,
+            });
+        }
+        Err(format!(
+            "reading {lock}: its holder changed {HOLDER_READS} times while it was read"
+        ))
+    }
+
+    /// Every lock node below the root, as the mapping names them, with its resource.
+    async fn lock_nodes(&self, client: &zk::Client) -> Result<Vec<(String, String)>, String> {
+        let mut level = vec![self.root.clone()];
+        for _ in 0..self.depth {
+            let mut next = Vec::new();
+            for parent in &level {
+                let children =
+                    match tokio::time::timeout(self.request_timeout, client.list_children(parent))
+                        .await
+                    {
+                        Ok(Ok(children)) => children,
+                        Ok(Err(zk::Error::NoNode)) => continue,
+                        Ok(Err(e)) => return Err(format!("listing {parent}: {e}")),
+                        Err(_) => {
+                            return Err(format!(
+                                "listing {parent}: no answer within {:?}",
+                                self.request_timeout
+                            ))
+                        }
+                    };
+                next.extend(children.into_iter().map(|child| child_path(parent, &child)));
+            }
+            level = next;
+        }
+        Ok(level
+            .into_iter()
+            .filter_map(|lock| {
+                let resource = self.mapping.resource_of(&lock)?;
+                Some((lock, resource))
+            })
+            .collect())
+    }
+
+    /// The lock an event at `path` touches: its parent's when `path` is a contender, itself when
+    /// it is the lock node.
+    fn lock_touched(&self, path: &str) -> Option<(String, String)> {
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            if let Some(resource) = self.mapping.resource_of(parent) {
+                return Some((parent.to_owned(), resource));
+            }
+        }
+        let resource = self.mapping.resource_of(path)?;
+        Some((path.to_owned(), resource))
+    }
+
+    /// One session: watch, read everything, then follow the changes; returns why it ended.
+    async fn session(&self, client: &zk::Client, feed: &Feed) -> String {
+        // The watch first, so that no change between the read and the watch goes unseen.
+        let mut watcher = match self
+            .bounded(
+                &format!("watching {}", self.root),
+                client.watch(&self.root, zk::AddWatchMode::PersistentRecursive),
+            )
+            .await
+        {
+            Ok(watcher) => watcher,
+            Err(e) => return e,
+        };
+        let locks = match self.lock_nodes(client).await {
+            Ok(locks) => locks,
+            Err(e) => return e,
+        };
+        let mut holders = HashMap::new();
+        // The highest pzxid read: every change up to it has been delivered to the watcher.
+        let mut reached = 0;
+        for (lock, resource) in locks {
+            match self.read_lock(client, &lock).await {
+                Ok(read) => {
+                    reached = reached.max(read.pzxid);
+                    if let Some(token) = read.holder {
+                        holders.insert(resource, Holder { lock, token });
+                    }
+                }
+                Err(e) => return e,
+            }
+        }
+        feed.resync(holders, 0);
+        let mut pending: BTreeSet<(String, String)> = BTreeSet::new();
+        loop {
+            // Everything delivered so far, without waiting.
+            while let Some(event) = watcher.changed().now_or_never() {
+                if let Some(ended) = self.take_event(&event, &mut pending) {
+                    return ended;
+                }
+            }
+            if pending.is_empty() {
+                // Every event up to what the reads saw has been applied: the view is at `reached`.
+                feed.apply(Vec::new(), reached);
+                let event = watcher.changed().await;
+                if let Some(ended) = self.take_event(&event, &mut pending) {
+                    return ended;
+                }
+                continue;
+            }
+            let mut changes = Vec::with_capacity(pending.len());
+            for (lock, resource) in std::mem::take(&mut pending) {
+                match self.read_lock(client, &lock).await {
+                    Ok(read) => {
+                        reached = reached.max(read.pzxid);
+                        let holder = read.holder.map(|token| Holder { lock, token });
+                        changes.push((resource, holder));
+                    }
+                    Err(e) => return e,
+                }
+            }
+            feed.apply(changes, 0);
+        }
+    }
+
+    /// Records the lock `event` touches; answers why the session ended for a session event.
+    fn take_event(
+        &self,
+        event: &zk::WatchedEvent,
+        pending: &mut BTreeSet<(String, String)>,
+    ) -> Option<String> {
+        match event.event_type {
+            zk::EventType::Session => match event.session_state {
+                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => None,
+                // Events of a disconnection may be lost (the watch is re-added without them): a
+                // new session reads everything again.
+                state => Some(format!("the ZooKeeper session is {state:?}")),
+            },
+            zk::EventType::NodeCreated
+            | zk::EventType::NodeDeleted
+            | zk::EventType::NodeChildrenChanged => {
+                if let Some(touched) = self.lock_touched(&event.path) {
+                    pending.insert(touched);
+                }
+                None
+            }
+            zk::EventType::NodeDataChanged => None,
+        }
+    }
+
+    async fn read_holders(&self, locks: &[String]) -> Result<Vec<Option<u64>>, String> {
+        let client = self
+            .session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| "no ZooKeeper session".to_owned())?;
+        // Reads answer from the server's copy; `sync` brings it up to the leader's first.
+        self.bounded("syncing with the ZooKeeper leader", client.sync(&self.root))
+            .await?;
+        let reads = try_join_all(locks.iter().map(|lock| self.read_lock(&client, lock))).await?;
+        Ok(reads.into_iter().map(|read| read.holder).collect())
+    }
+
+    fn set_session(&self, client: Option<zk::Client>) {
+        *self.session.lock().unwrap_or_else(PoisonError::into_inner) = client;
+    }
+}
+
+impl LockSource for ZookeeperLocks {
+    fn follow(self: Arc<Self>, feed: Feed) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let mut backoff = FIRST_BACKOFF;
+            loop {
+                let ended = match self.connect().await {
+                    Ok(client) => {
+                        self.set_session(Some(client.clone()));
+                        let ended = self.session(&client, &feed).await;
+                        self.set_session(None);
+                        backoff = FIRST_BACKOFF;
+                        ended
+                    }
+                    Err(e) => e,
+                };
+                feed.lost(ended);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        })
+    }
+
+    fn holders<'a>(
+        &'a self,
+        locks: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<Option<u64>>, String>> {
+        Box::pin(self.read_holders(locks))
+    }
+}
+
+/// The watch's root for locks named from `prefix` (the text before the first placeholder) with
+/// `slashes` slashes in all, and how many levels below it the lock nodes are.
+fn watch_root(prefix: &str, slashes: usize) -> (String, usize) {
+    let root = match prefix.rfind('/') {
+        Some(0) | None => "/",
+        Some(last) => &prefix[..last],
+    };
+    let root_level = if root == "/" {
+        0
+    } else {
+        root.matches('/').count()
+    };
+    (root.to_owned(), slashes.saturating_sub(root_level))
+}
+
+fn child_path(parent: &str, child: &str) -> String {
+    if parent == "/" {
+        format!("/{child}")
+    } else {
+        format!("{parent}/{child}")
+    }
+}
+
+/// A contender's sequence number: the digits ZooKeeper appended to a sequential node's name.
+/// Other children (a lease node, a recipe's bookkeeping) are no contenders.
+fn sequence_of(child: &str) -> Option<u64> {
+    let digits = child.get(child.len().checked_sub(SEQUENCE_DIGITS)?..)?;
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The child holding the lock: the lowest sequence number.
+fn lowest_contender(children: &[String]) -> Option<(&str, u64)> {
+    children
+        .iter()
+        .filter_map(|child| Some((child.as_str(), sequence_of(child)?)))
+        .min_by_key(|(_, sequence)| *sequence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_recipe_names_its_contenders_with_a_sequence_number_at_the_end() {
+        // The plain recipe, Curator's InterProcessMutex, kazoo's Lock.
+        assert_eq!(sequence_of("lock-0000000007"), Some(7));
+        assert_eq!(
+            sequence_of("_c_4c3d6b0e-6a5f-4d0e-9a43-1f5b8f0a2c11-lock-0000000012"),
+            Some(12)
+        );
+        assert_eq!(
+            sequence_of("2f1c0bbd1d2e4f0c8a5c2f4d0c6e7b1a__lock__0000000003"),
+            Some(3)
+        );
+        // No sequence: not a contender. A wrapped counter's sign is no digit.
+        assert_eq!(sequence_of("leases"), None);
+        assert_eq!(sequence_of("lock-000000007"), None);
+        assert_eq!(sequence_of("lock--000000001"), None);
+        assert_eq!(sequence_of("é-000000001"), None);
+    }
+
+    #[test]
+    fn the_lowest_sequence_holds_whatever_the_names_before_it() {
+        let children = [
+            "_c_b-lock-0000000009".to_owned(),
+            "leases".to_owned(),
+            "_c_a-lock-0000000011".to_owned(),
+            "_c_c-lock-0000000010".to_owned(),
+        ];
+        assert_eq!(
+            lowest_contender(&children),
+            Some(("_c_b-lock-0000000009", 9))
+        );
+        assert_eq!(lowest_contender(&["leases".to_owned()]), None);
+        assert_eq!(lowest_contender(&[]), None);
+    }
+
+    #[test]
+    fn the_watch_covers_the_deepest_node_above_every_lock() {
+        // "/locks/invoice/{id}": 3 slashes, the prefix "/locks/invoice/".
+        assert_eq!(
+            watch_root("/locks/invoice/", 3),
+            ("/locks/invoice".to_owned(), 1)
+        );
+        // "/locks/inv-{id}".
+        assert_eq!(watch_root("/locks/inv-", 2), ("/locks".to_owned(), 1));
+        // "/locks/{tenant}/invoice/{id}".
+        assert_eq!(watch_root("/locks/", 4), ("/locks".to_owned(), 3));
+        // "/{id}" and one fixed lock, "/locks/main".
+        assert_eq!(watch_root("/", 1), ("/".to_owned(), 1));
+        assert_eq!(watch_root("/locks/main", 2), ("/locks".to_owned(), 1));
+        assert_eq!(child_path("/", "locks"), "/locks");
+        assert_eq!(child_path("/locks", "7"), "/locks/7");
+    }
+}

@@ -1,0 +1,184 @@
+//! `[routes.fence.authority] kind = "zookeeper"` against the real ZooKeeper of
+//! scripts/zookeeper-setup.sh, with contenders named as the plain recipe and as Curator's
+//! `InterProcessMutex` name them: a grant raises the key's mark before the holder writes, a
+//! session that expires (a paused holder) or a release ends the lease and refuses its token,
+//! `require_live_lease` (and `strict`, a sync and read per batch) refuses every token but the
+//! holder's, for both tokens (`sequence`, `czxid`), and an ensemble out of reach fails closed.
+
+use std::time::{Duration, Instant};
+
+use super::authority::{route, until_mark_within, write};
+use crate::support::upstream::{Behavior, RecordingUpstream};
+use crate::support::zookeeper::{
+    unique_root, zk_contend, zk_delete_tree, zk_observer, Naming, ZK_HOSTS,
+};
+use crate::support::{send, TestGateway};
+
+const ADMIN_TOKEN: &str = "zookeeper-authority-test";
+/// A contender's session: ZooKeeper's minimum (two ticks of 2 s), so a paused holder's ends soon.
+const CONTENDER_SESSION: Duration = Duration::from_secs(4);
+/// Longest wait for the watch: a session's expiry plus the server's tick and the watch.
+const FOLLOW_WAIT: Duration = Duration::from_secs(20);
+
+fn zk_authority(root: &str, extra: &str) -> String {
+    format!("kind = \"zookeeper\"\nhosts = \"{ZK_HOSTS}\"\nlock_key = \"{root}/locks/{{id}}\"\n{extra}\n")
+}
+
+/// Makes the lock node and moves its counter past 0, so that tokens start at 1.
+async fn lock_node(lock: &str) {
+    zk_contend(lock, Naming::Plain, CONTENDER_SESSION)
+        .await
+        .release()
+        .await;
+}
+
+/// Writes with `token` until the gateway refuses it with 409 `lease-ended`.
+async fn until_refused(gateway: &TestGateway, path: &str, token: u64) {
+    let started = Instant::now();
+    loop {
+        let (status, slug) = write(gateway, path, token).await;
+        if status == 409 {
+            assert_eq!(slug, "lease-ended", "{path} with {token}");
+            return;
+        }
+        assert!(
+            started.elapsed() < FOLLOW_WAIT,
+            "{path}: token {token} still {status} after {FOLLOW_WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_zookeeper_grant_raises_the_mark_and_an_expired_session_refuses_its_holder() {
+    for naming in [Naming::Curator, Naming::Plain] {
+        let root = unique_root();
+        let upstream = RecordingUpstream::start(Behavior::Ok).await;
+        let gateway =
+            TestGateway::start(&route(&upstream.url(), "inv", &zk_authority(&root, ""))).await;
+        let lock = format!("{root}/locks/7");
+        lock_node(&lock).await;
+
+        let first = zk_contend(&lock, naming, CONTENDER_SESSION).await;
+        // The holder has not written: the watch raised the mark to its token.
+        until_mark_within(&gateway, "inv:7", first.token, FOLLOW_WAIT).await;
+        assert_eq!(
+            write(&gateway, "/inv/7", first.token).await.0,
+            200,
+            "{naming:?}"
+        );
+        assert_eq!(
+            write(&gateway, "/inv/7", first.token - 1).await,
+            (409, "lease-ended".to_owned()),
+            "{naming:?}: below the holder's token"
+        );
+
+        // A second contender waits behind the first, which pauses past its session: ZooKeeper
+        // deletes its node, the lock passes on, and the mark with it, before the new holder writes.
+        let second = zk_contend(&lock, naming, CONTENDER_SESSION).await;
+        let zombie = first.token;
+        first.pause();
+        until_mark_within(&gateway, "inv:7", second.token, FOLLOW_WAIT).await;
+        assert_eq!(
+            write(&gateway, "/inv/7", zombie).await,
+            (409, "lease-ended".to_owned()),
+            "{naming:?}: the zombie is refused"
+        );
+
+        // A release with no one waiting: the ended holder's token is refused at once.
+        let released = second.token;
+        second.release().await;
+        until_mark_within(&gateway, "inv:7", released + 1, FOLLOW_WAIT).await;
+        assert_eq!(
+            write(&gateway, "/inv/7", released).await.0,
+            409,
+            "{naming:?}"
+        );
+
+        let forwarded: Vec<u64> = upstream.seen().iter().filter_map(|s| s.fence()).collect();
+        assert_eq!(forwarded, vec![zombie], "{naming:?}");
+        gateway.stop().await;
+        zk_delete_tree(&zk_observer().await, &root).await;
+    }
+}
+
+#[tokio::test]
+async fn require_live_lease_on_zookeeper_refuses_every_token_but_the_holders() {
+    for (strict, token) in [(false, "sequence"), (true, "sequence"), (true, "czxid")] {
+        let root = unique_root();
+        let upstream = RecordingUpstream::start(Behavior::Ok).await;
+        let extra = format!("require_live_lease = true\nstrict = {strict}\ntoken = \"{token}\"");
+        let gateway =
+            TestGateway::start(&route(&upstream.url(), "doc", &zk_authority(&root, &extra))).await;
+        let case = format!("strict = {strict}, token = {token}");
+        let lock = format!("{root}/locks/1");
+        lock_node(&lock).await;
+        let holder = zk_contend(&lock, Naming::Curator, CONTENDER_SESSION).await;
+        let live = if token == "czxid" {
+            holder.czxid
+        } else {
+            holder.token
+        };
+        until_mark_within(&gateway, "doc:1", live, FOLLOW_WAIT).await;
+        assert_eq!(write(&gateway, "/doc/1", live).await.0, 200, "{case}");
+        // Above the holder's token: a grant the watch has not seen, or a made-up token.
+        assert_eq!(
+            write(&gateway, "/doc/1", live + 1000).await,
+            (409, "lease-ended".to_owned()),
+            "{case}"
+        );
+        // A lock no one holds (its node does not even exist): no token is live.
+        assert_eq!(
+            write(&gateway, "/doc/2", 5).await,
+            (409, "lease-ended".to_owned()),
+            "{case}"
+        );
+        holder.release().await;
+        if strict {
+            // The confirm reads ZooKeeper after a sync: refused from the release on.
+            assert_eq!(
+                write(&gateway, "/doc/1", live).await,
+                (409, "lease-ended".to_owned()),
+                "{case}: strict confirms the lease"
+            );
+        } else {
+            until_refused(&gateway, "/doc/1", live).await;
+        }
+        let forwarded: Vec<u64> = upstream.seen().iter().filter_map(|s| s.fence()).collect();
+        assert_eq!(forwarded, vec![live], "{case}");
+        gateway.stop().await;
+        zk_delete_tree(&zk_observer().await, &root).await;
+    }
+}
+
+#[tokio::test]
+async fn a_zookeeper_ensemble_out_of_reach_fails_the_route_closed() {
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    // Nothing listens on port 1.
+    let authority = "kind = \"zookeeper\"\nhosts = \"127.0.0.1:1\"\nlock_key = \"/locks/{id}\"\nrequest_timeout = \"200ms\"\nsession_timeout = \"1s\"\n";
+    let gateway = TestGateway::builder(&route(&upstream.url(), "closed", authority))
+        .admin(ADMIN_TOKEN)
+        .start()
+        .await;
+    assert_eq!(
+        write(&gateway, "/closed/1", 3).await,
+        (503, "authority-unavailable".to_owned())
+    );
+    let ready = send("GET", &gateway.admin_url("/readyz"), &[], "").await;
+    assert_eq!(ready.status, 503);
+    let listed = send(
+        "GET",
+        &gateway.admin_url("/admin/authorities"),
+        &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))],
+        "",
+    )
+    .await
+    .json();
+    let closed = &listed["authorities"][0];
+    assert_eq!(closed["kind"], "zookeeper", "{listed}");
+    assert_eq!(closed["in_sync"], false, "{listed}");
+    // Not yet read, or the connect's failure: either way the route fails closed.
+    assert!(closed["error"].as_str().is_some(), "{listed}");
+    assert!(upstream.seen().is_empty(), "nothing was forwarded");
+    gateway.stop().await;
+}

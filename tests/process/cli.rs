@@ -180,7 +180,14 @@ fn check_config_names_the_authority_field_at_fault() {
         (format!("{etcd}\nlock_key = \"locks/{{id}}\"\npassword_env = \"FENCEGATE_TEST_UNSET_PASSWORD\"\nusername = \"u\""), "fence.authority.password_env"),
         ("kind = \"postgres\"\nlock_key = \"job:{id}\"".to_owned(), "fence.authority.url"),
         ("kind = \"postgres\"\nurl = \"postgres://db/app\"\nlock_key = \"job:{id}\"\ntable = \"locks; drop\"".to_owned(), "fence.authority.table"),
-        ("kind = \"zookeeper\"\nlock_key = \"job:{id}\"".to_owned(), "kind"),
+        ("kind = \"consul\"\nlock_key = \"job:{id}\"".to_owned(), "kind"),
+        ("kind = \"zookeeper\"\nlock_key = \"/jobs/{id}\"".to_owned(), "fence.authority.hosts"),
+        ("kind = \"zookeeper\"\nhosts = \"zk1\"\nlock_key = \"/jobs/{id}\"".to_owned(), "fence.authority.hosts"),
+        ("kind = \"zookeeper\"\nhosts = \"zk1:2181\"\nlock_key = \"jobs/{id}\"".to_owned(), "fence.authority.lock_key"),
+        ("kind = \"zookeeper\"\nhosts = \"zk1:2181\"\nlock_key = \"/jobs/{id}\"\nendpoints = [\"http://e:2379\"]".to_owned(), "fence.authority.hosts"),
+        ("kind = \"zookeeper\"\nhosts = \"zk1:2181\"\nlock_key = \"/jobs/{id}\"\ntoken = \"mzxid\"".to_owned(), "token"),
+        (format!("{etcd}\nlock_key = \"locks/{{id}}\"\nhosts = \"zk1:2181\""), "fence.authority.hosts"),
+        ("kind = \"postgres\"\nurl = \"postgres://db/app\"\nlock_key = \"job:{id}\"\ntoken = \"czxid\"".to_owned(), "fence.authority.token"),
     ];
     for (authority, field) in cases {
         let path = dir.path().join("authority.toml");

@@ -5,18 +5,52 @@
 //! authority watch), the released holder's token and a made-up one are refused. The etcd and
 //! PostgreSQL snippets need the machine's etcd (127.0.0.1:2379) and PostgreSQL (127.0.0.1:5432)
 //! and fail when either is missing; the PostgreSQL one needs psycopg (`tests/upstreams/install.sh`).
-//! The ZooKeeper snippet needs ZooKeeper at 127.0.0.1:2181 (scripts/zookeeper-setup.sh) and kazoo
-//! (`tests/upstreams/install.sh`), and fails without them; so does the Rust ZooKeeper worker
-//! (examples/zk_worker.rs, run by `cargo run --example`), without ZooKeeper.
+//! The ZooKeeper snippets (the hand-made lock recipe, zk_lock.py; kazoo's own `Lock`,
+//! kazoo_lock.py; Curator's `InterProcessMutex`, CuratorLock.java, compiled here once with javac)
+//! need ZooKeeper at 127.0.0.1:2181 (scripts/zookeeper-setup.sh), and kazoo, or a JDK and Debian's
+//! Curator jars in /usr/share/java (`tests/upstreams/install.sh` installs all three), and fail
+//! without them; so does the Rust ZooKeeper worker (examples/zk_worker.rs, run by
+//! `cargo run --example`), without ZooKeeper. Each ZooKeeper test takes a root of its own
+//! (`/fencegate-test-<uuid>`) and deletes its tree at the end, passed or failed. The Redis snippet
+//! (redis_lock.py) needs Redis at 127.0.0.1:6379 and redis-py; the DynamoDB one (dynamodb_lock.py)
+//! runs against moto's emulation of DynamoDB, started here, and needs boto3 and moto
+//! (`tests/upstreams/install.sh`).
 
-use std::path::PathBuf;
+use std::future::Future;
+use std::hash::{Hash as _, Hasher as _};
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use sqlx::Connection as _;
 
 use crate::support::gateway::fenced_route;
 use crate::support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
+use crate::support::zookeeper::{unique_root, zk_delete_tree, zk_observer, ZK_HOSTS};
 use crate::support::{etcd, send, Behavior, GatewayProcess, RecordingUpstream};
+
+/// Where Debian installs Java libraries.
+const JAVA_LIBRARY: &str = "/usr/share/java";
+/// The jars of the Java snippets' class path, in [`JAVA_LIBRARY`]: Curator (Debian's
+/// libcurator-recipes-java) with what it needs of ZooKeeper, Guava and SLF4J, and slf4j-simple
+/// so that the clients' warnings reach the snippet's stderr (`SLF4J_LEVEL`).
+const JAVA_JARS: &[&str] = &[
+    "curator-recipes",
+    "curator-framework",
+    "curator-client",
+    "zookeeper",
+    "zookeeper-jute",
+    "guava",
+    "slf4j-api",
+    "slf4j-simple",
+];
+/// What slf4j-simple logs: warnings and errors, not ZooKeeper's every connection step.
+const SLF4J_LEVEL: &str = "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn";
+/// What to run when kazoo is missing.
+const KAZOO_INSTALL: &str = "run tests/upstreams/install.sh (scripts/test.sh does)";
+/// What to run when javac or a jar is missing.
+const JAVA_INSTALL: &str =
+    "run tests/upstreams/install.sh (it installs a JDK and Debian's libcurator-recipes-java)";
 
 /// What one run of a snippet printed, and how it ended.
 struct SnippetRun {
@@ -31,14 +65,24 @@ fn snippet_path(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The command that runs snippet `name`: `python3 examples/tokens/NAME` for a Python one, else
-/// the example `NAME` through the cargo running the tests (`cargo run --example NAME`, which builds
-/// it first when it is not up to date: `cargo test --test process` does not build examples).
+/// The command that runs snippet `name`: `python3 examples/tokens/NAME` for a Python one,
+/// `java CLASS` for `CLASS.java` (compiled by [`compiled_java_snippets`]), else the example
+/// `NAME` through the cargo running the tests (`cargo run --example NAME`, which builds it first
+/// when it is not up to date: `cargo test --test process` does not build examples).
 fn snippet_command(name: &str) -> Command {
     if name.ends_with(".py") {
         let mut python = Command::new("python3");
         python.arg(snippet_path(name));
         python
+    } else if let Some(class) = name.strip_suffix(".java") {
+        let class_path = format!(
+            "{}:{}",
+            compiled_java_snippets().display(),
+            java_class_path()
+        );
+        let mut java = Command::new("java");
+        java.args(["-cp", &class_path, SLF4J_LEVEL, class]);
+        java
     } else {
         let mut cargo = Command::new(env!("CARGO"));
         cargo.args(["run", "--quiet", "--example", name, "--"]);
@@ -52,6 +96,87 @@ fn snippet_command(name: &str) -> Command {
         }
         cargo
     }
+}
+
+/// The Java snippets' class path: [`JAVA_JARS`] in [`JAVA_LIBRARY`]. Panics, naming the fix, when
+/// one is missing.
+fn java_class_path() -> String {
+    let jars: Vec<String> = JAVA_JARS
+        .iter()
+        .map(|jar| format!("{JAVA_LIBRARY}/{jar}.jar"))
+        .collect();
+    let missing: Vec<&String> = jars
+        .iter()
+        .filter(|jar| !Path::new(jar).is_file())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the Java snippets need {missing:?}; {JAVA_INSTALL}"
+    );
+    jars.join(":")
+}
+
+/// The directory of the Java snippets' classes (`examples/tokens/*.java`), compiled with javac
+/// once per version of their sources and class path, into `CARGO_TARGET_TMPDIR`: in a directory
+/// of its own first, then renamed into place, so that test processes running at once never see
+/// half-written classes. Panics, naming the fix, when javac or a jar is missing, or javac fails.
+fn compiled_java_snippets() -> &'static Path {
+    static CLASSES: OnceLock<PathBuf> = OnceLock::new();
+    CLASSES.get_or_init(|| {
+        // Checked even when the classes are there: java comes with javac.
+        let javac = Command::new("javac")
+            .arg("-version")
+            .output()
+            .unwrap_or_else(|e| panic!("javac could not be run ({e}); {JAVA_INSTALL}"));
+        assert!(
+            javac.status.success(),
+            "javac -version failed; {JAVA_INSTALL}"
+        );
+        let class_path = java_class_path();
+        let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/tokens");
+        let mut sources: Vec<PathBuf> = std::fs::read_dir(&examples)
+            .unwrap_or_else(|e| panic!("listing {}: {e}", examples.display()))
+            .map(|entry| entry.expect("an entry of examples/tokens").path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "java"))
+            .collect();
+        sources.sort();
+        let mut version = std::collections::hash_map::DefaultHasher::new();
+        class_path.hash(&mut version);
+        for source in &sources {
+            std::fs::read(source)
+                .unwrap_or_else(|e| panic!("reading {}: {e}", source.display()))
+                .hash(&mut version);
+        }
+        let target_tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let classes = target_tmp.join(format!("token-snippets-java-{:016x}", version.finish()));
+        if classes.is_dir() {
+            return classes;
+        }
+        let staging = tempfile::tempdir_in(target_tmp).expect("a directory for javac's classes");
+        let compiled = Command::new("javac")
+            .arg("-d")
+            .arg(staging.path())
+            .args(["-cp", &class_path])
+            .args(&sources)
+            .output()
+            .unwrap_or_else(|e| panic!("javac could not be run ({e}); {JAVA_INSTALL}"));
+        assert!(
+            compiled.status.success(),
+            "javac {sources:?} failed ({}):\n{}{}",
+            compiled.status,
+            String::from_utf8_lossy(&compiled.stdout),
+            String::from_utf8_lossy(&compiled.stderr)
+        );
+        // Another process may have put the same classes there first: theirs serve as well.
+        if let Err(e) = std::fs::rename(staging.path(), &classes) {
+            assert!(
+                classes.is_dir(),
+                "moving the classes to {}: {e}",
+                classes.display()
+            );
+        }
+        classes
+    })
 }
 
 /// Whether cargo sets `variable` for the test binaries it runs (they describe this package).
@@ -73,7 +198,13 @@ fn set_by_cargo_for_this_test(variable: &str) -> bool {
 /// (the upstream and the gateway's answers need it). Panics, with the snippet's output, unless it
 /// exits 0 having printed `token=N` and `status=N`.
 async fn run_snippet(name: &str, args: Vec<String>) -> SnippetRun {
+    run_snippet_with(name, args, &[]).await
+}
+
+/// [`run_snippet`] with `env` set for the snippet.
+async fn run_snippet_with(name: &str, args: Vec<String>, env: &[(&str, &str)]) -> SnippetRun {
     let mut command = snippet_command(name);
+    command.envs(env.iter().copied());
     let output = tokio::task::spawn_blocking(move || command.args(&args).output())
         .await
         .expect("the snippet's thread")
@@ -131,14 +262,23 @@ fn assert_written_with(upstream: &RecordingUpstream, tokens: &[u64]) {
 /// the embedded store; then the first holder's token, which must be refused without reaching
 /// the upstream.
 async fn two_holders_then_a_zombie(name: &str, snippet_args: impl Fn(String) -> Vec<String>) {
+    two_holders_then_a_zombie_with(name, &[], snippet_args).await;
+}
+
+/// [`two_holders_then_a_zombie`] with `env` set for the snippet.
+async fn two_holders_then_a_zombie_with(
+    name: &str,
+    env: &[(&str, &str)],
+    snippet_args: impl Fn(String) -> Vec<String>,
+) {
     let upstream = RecordingUpstream::start(Behavior::Ok).await;
     let dir = tempfile::tempdir().unwrap();
     let route = fenced_route("invoices", &upstream.url(), "enforce", "monotonic");
     let gateway = GatewayProcess::start(dir.path(), &route);
     let url = gateway.url("/invoices/42");
 
-    let first = run_snippet(name, snippet_args(url.clone())).await;
-    let second = run_snippet(name, snippet_args(url.clone())).await;
+    let first = run_snippet_with(name, snippet_args(url.clone()), env).await;
+    let second = run_snippet_with(name, snippet_args(url.clone()), env).await;
     assert_eq!(first.status, 200, "{}", first.output);
     assert_eq!(second.status, 200, "{}", second.output);
     assert!(
@@ -339,25 +479,225 @@ async fn postgres_lease_snippet_is_followed_by_the_authority_watch() {
     }
 }
 
+/// Runs `test` with a ZooKeeper root of its own (`/fencegate-test-<uuid>`), then deletes the
+/// tree below it, whether the test passed or not. Fails, naming the server, without ZooKeeper.
+async fn with_zookeeper_root<F, Fut>(test: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let root = unique_root();
+    let observer = zk_observer().await;
+    let outcome = tokio::spawn(test(root.clone())).await;
+    zk_delete_tree(&observer, &root).await;
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+/// The arguments of the ZooKeeper snippets: `GATEWAY_URL --zk HOSTS --lock LOCK`.
+fn zookeeper_snippet_args(lock: &str) -> impl Fn(String) -> Vec<String> + '_ {
+    move |url| {
+        vec![
+            url,
+            "--zk".to_owned(),
+            ZK_HOSTS.to_owned(),
+            "--lock".to_owned(),
+            lock.to_owned(),
+        ]
+    }
+}
+
+/// Panics unless `lock` has no contender left: each holder released its node.
+async fn assert_released(lock: &str) {
+    let observer = zk_observer().await;
+    assert_eq!(
+        observer
+            .list_children(lock)
+            .await
+            .unwrap_or_else(|e| panic!("listing {lock}: {e}")),
+        Vec::<String>::new(),
+        "{lock}: a holder's node is left"
+    );
+}
+
+/// `two_holders_then_a_zombie` with ZooKeeper snippet `name` on `<root>/locks/invoice/42`.
+async fn zookeeper_holders_then_a_zombie(name: &'static str) {
+    with_zookeeper_root(|root| async move {
+        let lock = format!("{root}/locks/invoice/42");
+        two_holders_then_a_zombie(name, zookeeper_snippet_args(&lock)).await;
+        assert_released(&lock).await;
+    })
+    .await;
+}
+
+/// `holder_followed_by_the_authority_watch` with ZooKeeper snippet `name` on
+/// `<root>/locks/invoice/42`, through a route whose authority follows `<root>/locks/invoice/{id}`
+/// (`token = "sequence"`: the holder's sequence number, which is what the snippets print).
+async fn zookeeper_holder_followed_by_the_authority(name: &'static str) {
+    with_zookeeper_root(|root| async move {
+        let authority = format!(
+            "kind = \"zookeeper\"\nhosts = \"{ZK_HOSTS}\"\n\
+             lock_key = \"{root}/locks/invoice/{{id}}\"\ntoken = \"sequence\"\n"
+        );
+        let lock = format!("{root}/locks/invoice/42");
+        holder_followed_by_the_authority_watch(name, &authority, zookeeper_snippet_args(&lock))
+            .await;
+        assert_released(&lock).await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn zookeeper_lock_snippet_writes_with_its_nodes_sequence_number() {
-    require_python_module("kazoo", "pip install kazoo");
-    let parent = format!("/fencegate-test/{}/locks/invoice/42", uuid::Uuid::new_v4());
-    let args = |url: String| vec![url, "--lock".to_owned(), parent.clone()];
-    two_holders_then_a_zombie("zk_lock.py", args).await;
+    require_python_module("kazoo", KAZOO_INSTALL);
+    zookeeper_holders_then_a_zombie("zk_lock.py").await;
+}
+
+#[tokio::test]
+async fn zookeeper_lock_snippet_is_followed_by_the_zookeeper_authority() {
+    require_python_module("kazoo", KAZOO_INSTALL);
+    zookeeper_holder_followed_by_the_authority("zk_lock.py").await;
+}
+
+#[tokio::test]
+async fn kazoo_lock_recipe_writes_with_its_nodes_sequence_number() {
+    require_python_module("kazoo", KAZOO_INSTALL);
+    zookeeper_holders_then_a_zombie("kazoo_lock.py").await;
+}
+
+#[tokio::test]
+async fn kazoo_lock_recipe_is_followed_by_the_zookeeper_authority() {
+    require_python_module("kazoo", KAZOO_INSTALL);
+    zookeeper_holder_followed_by_the_authority("kazoo_lock.py").await;
+}
+
+#[tokio::test]
+async fn curator_mutex_snippet_writes_with_its_nodes_sequence_number() {
+    zookeeper_holders_then_a_zombie("CuratorLock.java").await;
+}
+
+#[tokio::test]
+async fn curator_mutex_snippet_is_followed_by_the_zookeeper_authority() {
+    zookeeper_holder_followed_by_the_authority("CuratorLock.java").await;
 }
 
 #[tokio::test]
 async fn zookeeper_worker_example_writes_with_its_nodes_sequence_number() {
-    let parent = format!("/fencegate-test/{}/locks/invoice/42", uuid::Uuid::new_v4());
-    let args = |url: String| vec![url, "--lock".to_owned(), parent.clone()];
-    two_holders_then_a_zombie("zk_worker", args).await;
-    // Both released: each worker deleted its node.
-    let zk = zookeeper_client::Client::connect("127.0.0.1:2181")
-        .await
-        .unwrap_or_else(|e| panic!("ZooKeeper at 127.0.0.1:2181 is required: {e}"));
-    assert_eq!(
-        zk.list_children(&parent).await.expect("the lock parent"),
-        Vec::<String>::new()
+    with_zookeeper_root(|root| async move {
+        let lock = format!("{root}/locks/invoice/42");
+        two_holders_then_a_zombie("zk_worker", zookeeper_snippet_args(&lock)).await;
+        // Both released: each worker deleted its node.
+        assert_released(&lock).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_lock_snippet_writes_with_its_counters_value() {
+    require_python_module(
+        "redis",
+        "run tests/upstreams/install.sh (scripts/test.sh does)",
     );
+    let lock = format!(
+        "fencegate-test:{}:locks:invoice:42",
+        uuid::Uuid::new_v4().simple()
+    );
+    let args = |url: String| {
+        vec![
+            url,
+            "--redis".to_owned(),
+            "redis://127.0.0.1:6379/0".to_owned(),
+            "--lock".to_owned(),
+            lock.clone(),
+        ]
+    };
+    two_holders_then_a_zombie("redis_lock.py", args).await;
+    // Both released: the lock is free, and its counter stays for the next grant.
+    let client = redis::Client::open("redis://127.0.0.1:6379/0").expect("a Redis URL");
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("Redis at 127.0.0.1:6379 is required: {e}"));
+    let held: Option<String> = redis::cmd("GET")
+        .arg(&lock)
+        .query_async(&mut connection)
+        .await
+        .expect("GET the lock");
+    assert_eq!(held, None, "the second holder released the lock");
+    let _: i64 = redis::cmd("DEL")
+        .arg(&lock)
+        .arg(format!("{lock}:fence"))
+        .query_async(&mut connection)
+        .await
+        .expect("DEL the test's keys");
+}
+
+/// The DynamoDB snippet against moto's emulation of DynamoDB (`python3 -m moto.server`), the only
+/// DynamoDB this project can run: it shows the snippet's conditional counter as moto implements
+/// DynamoDB's update expressions, not DynamoDB itself.
+#[tokio::test]
+async fn dynamodb_lock_snippet_writes_with_its_items_fence_on_moto() {
+    require_python_module(
+        "moto.server",
+        "run tests/upstreams/install.sh (scripts/test.sh does)",
+    );
+    require_python_module(
+        "boto3",
+        "run tests/upstreams/install.sh (scripts/test.sh does)",
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let mut moto = Command::new("python3")
+        .args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 -m moto.server");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "moto's server did not listen on {endpoint}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let env = [
+        ("AWS_ACCESS_KEY_ID", "fencegate-test"),
+        ("AWS_SECRET_ACCESS_KEY", "fencegate-test"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ];
+    let args = move |url: String| {
+        vec![
+            url,
+            "--endpoint-url".to_owned(),
+            endpoint.clone(),
+            "--table".to_owned(),
+            "locks".to_owned(),
+        ]
+    };
+    let outcome = tokio::spawn({
+        let env = env.map(|(k, v)| (k.to_owned(), v.to_owned()));
+        async move {
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            two_holders_then_a_zombie_with("dynamodb_lock.py", &env, args).await;
+        }
+    })
+    .await;
+    let _ = moto.kill();
+    let _ = moto.wait();
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
 }

@@ -5,8 +5,9 @@
 #   SQLite and PostgreSQL drivers), Spring MVC 4.3 on Jetty 9 (Debian),
 #   HAProxy (Debian) for the rolling-restart test,
 # the Stripe end-to-end test's client library: stripe 16.1.0 (pip), the Adyen, PayPal and Square
-# libraries (pip, pinned in install-payments.sh), and psycopg 3.3.9 and kazoo 2.11.0 (pip) for the
-# token snippets test.
+# libraries (pip, pinned in install-payments.sh), and for the token snippets test psycopg 3.3.9,
+# kazoo 2.11.0, redis 8.1.0, boto3 1.43.11 and moto 5.2.1 (pip) and Apache Curator (Debian
+# libcurator-recipes-java, and a JDK if javac is missing).
 # Idempotent; runnable from any directory. Prints one line per tool and exits non-zero, naming
 # what failed, if any install fails.
 set -u
@@ -150,6 +151,68 @@ else
   else
     echo "kazoo: FAILED to install (python3 -m pip install kazoo==$KAZOO_VERSION)"
     failed+=(kazoo)
+  fi
+fi
+
+# Python packages of the Redis and DynamoDB token snippets (examples/tokens/redis_lock.py,
+# dynamodb_lock.py) that tests/process/token_snippets.rs runs: redis-py, boto3, and moto, whose
+# server emulates DynamoDB for the second (no DynamoDB can run here). Each pinned; NAME DIST==VERSION
+# MODULE: reported as NAME, installed as DIST, checked by importing MODULE.
+pip_pinned() {
+  local name=$1 requirement=$2 module=$3 dist version
+  dist=${requirement%%==*}
+  dist=${dist%%[*}
+  version=${requirement##*==}
+  installed() { python3 -c "import importlib.metadata as m; print(m.version('$dist'))" 2>/dev/null; }
+  if ! command -v python3 >/dev/null 2>&1; then
+    echo "$name: FAILED: no python3 on PATH"
+    failed+=("$name")
+  elif [ "$(installed)" = "$version" ] && python3 -c "import $module" >/dev/null 2>&1; then
+    echo "$name: present ($version)"
+  elif { python3 -m pip install -q "$requirement" \
+         || python3 -m pip install -q --break-system-packages "$requirement"; } \
+       && python3 -c "import $module" >/dev/null 2>&1; then
+    echo "$name: installed ($(installed))"
+  else
+    echo "$name: FAILED to install (python3 -m pip install '$requirement')"
+    failed+=("$name")
+  fi
+}
+pip_pinned redis-py "redis==8.1.0" redis
+pip_pinned boto3 "boto3==1.43.11" boto3
+pip_pinned moto "moto[dynamodb,server]==5.2.1" moto.server
+
+# Apache Curator, for the Curator snippet (examples/tokens/CuratorLock.java) that
+# tests/process/token_snippets.rs compiles with javac and runs: Debian's libcurator-recipes-java,
+# which brings ZooKeeper's Java client, Guava and SLF4J, and, if javac is missing, a JDK.
+# CURATOR_JARS are the jars of the test's class path (JAVA_JARS there), in /usr/share/java.
+CURATOR_JARS=(curator-recipes curator-framework curator-client zookeeper zookeeper-jute guava
+  slf4j-api slf4j-simple)
+have_curator() {
+  command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 || return 1
+  local jar
+  for jar in "${CURATOR_JARS[@]}"; do
+    [ -f "/usr/share/java/$jar.jar" ] || return 1
+  done
+}
+curator_version() {
+  local curator
+  curator="$(dpkg-query -W -f='${Version}' libcurator-recipes-java 2>/dev/null)"
+  echo "Curator ${curator:-?}, $(javac -version 2>&1 | head -n 1)"
+}
+if have_curator; then
+  echo "curator: present ($(curator_version))"
+else
+  curator_packages=(libcurator-recipes-java libslf4j-java)
+  if ! command -v javac >/dev/null 2>&1; then
+    curator_packages+=(openjdk-17-jdk-headless)
+  fi
+  if apt_install --no-install-recommends "${curator_packages[@]}" && have_curator; then
+    echo "curator: installed ($(curator_version))"
+  else
+    echo "curator: FAILED to install (apt-get install ${curator_packages[*]})," \
+      "or a jar of CURATOR_JARS is missing from /usr/share/java"
+    failed+=(curator)
   fi
 fi
 

@@ -26,6 +26,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 const SEQUENCE_DIGITS: usize = 10;
 /// Reads of a lock whose holder's node went between listing and stat (czxid tokens).
 const HOLDER_READS: usize = 3;
+/// Locks read at once when a session reads them all.
+const READS_IN_FLIGHT: usize = 64;
 
 pub(super) struct ZookeeperLocks {
     hosts: String,
@@ -223,15 +225,27 @@ impl ZookeeperLocks {
         let mut holders = HashMap::new();
         // The highest pzxid read: every change up to it has been delivered to the watcher.
         let mut reached = 0;
-        for (lock, resource) in locks {
-            match self.read_lock(client, &lock).await {
-                Ok(read) => {
-                    reached = reached.max(read.pzxid);
-                    if let Some(token) = read.holder {
-                        holders.insert(resource, Holder { lock, token });
-                    }
-                }
+        // A chunk's reads in flight at once (ZooKeeper answers a session's requests in order).
+        for chunk in locks.chunks(READS_IN_FLIGHT) {
+            let reads = match try_join_all(
+                chunk.iter().map(|(lock, _)| self.read_lock(client, lock)),
+            )
+            .await
+            {
+                Ok(reads) => reads,
                 Err(e) => return e,
+            };
+            for ((lock, resource), read) in chunk.iter().zip(reads) {
+                reached = reached.max(read.pzxid);
+                if let Some(token) = read.holder {
+                    holders.insert(
+                        resource.clone(),
+                        Holder {
+                            lock: lock.clone(),
+                            token,
+                        },
+                    );
+                }
             }
         }
         feed.resync(holders, 0);

@@ -2,7 +2,8 @@
 //! on one PostgreSQL schema or Redis prefix, with a real lease table), turn leases that a lost
 //! store connection does not end, the ordering gate's lock on PostgreSQL, and the fault matrix
 //! (store, upstream and `kill -9` faults on every backend, each cell checking I1, I2, I5 and I7),
-//! and zombies of an etcd lock with and without the gateway following the lock service.
+//! and zombies of an etcd lock, a PostgreSQL lease and a ZooKeeper lock with and without the
+//! gateway following the lock service.
 //!
 //! One test binary for all of them: each links the whole crate. Every test has a
 //! schema or key prefix of its own and picks free ports. `serialized_history` opens the most

@@ -3,11 +3,13 @@
 //! `InterProcessMutex` name them: a grant raises the key's mark before the holder writes, a
 //! session that expires (a paused holder) or a release ends the lease and refuses its token,
 //! `require_live_lease` (and `strict`, a sync and read per batch) refuses every token but the
-//! holder's, for both tokens (`sequence`, `czxid`), and an ensemble out of reach fails closed.
+//! holder's, for both tokens (`sequence`, `czxid`), and an ensemble out of reach fails closed, as
+//! does a broken session until a new one has read every lock again.
 
 use std::time::{Duration, Instant};
 
 use super::authority::{route, until_mark_within, write};
+use crate::support::relay::{Relay, RelayMode};
 use crate::support::upstream::{Behavior, RecordingUpstream};
 use crate::support::zookeeper::{
     unique_root, zk_contend, zk_delete_tree, zk_observer, Naming, ZK_HOSTS,
@@ -241,4 +243,73 @@ async fn a_zookeeper_ensemble_out_of_reach_fails_the_route_closed() {
     assert!(closed["error"].as_str().is_some(), "{listed}");
     assert!(upstream.seen().is_empty(), "nothing was forwarded");
     gateway.stop().await;
+}
+
+/// Writes with `token` until the gateway answers `want` (status, problem slug).
+async fn until_answered(gateway: &TestGateway, path: &str, token: u64, want: (u16, &str)) {
+    let started = Instant::now();
+    loop {
+        let (status, slug) = write(gateway, path, token).await;
+        if (status, slug.as_str()) == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < FOLLOW_WAIT,
+            "{path} with {token}: {status} {slug}, expected {want:?} within {FOLLOW_WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_broken_zookeeper_session_fails_closed_until_a_new_one_has_read_every_lock() {
+    let root = unique_root();
+    let zookeeper = ZK_HOSTS.parse().expect("ZooKeeper's address");
+    let relay = Relay::start(zookeeper).await;
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let authority = format!(
+        "kind = \"zookeeper\"\nhosts = \"{}\"\nlock_key = \"{root}/locks/{{id}}\"\nrequest_timeout = \"500ms\"\nsession_timeout = \"30s\"\n",
+        relay.addr
+    );
+    let gateway = TestGateway::start(&route(&upstream.url(), "inv", &authority)).await;
+    let lock = format!("{root}/locks/3");
+    lock_node(&lock).await;
+    let first = zk_contend(&lock, Naming::Curator, CONTENDER_SESSION).await;
+    until_answered(&gateway, "/inv/3", first.token, (200, "")).await;
+    // Quiet: no read of the gateway's is in flight when the connection goes, so only the
+    // session's own report of it can take the route out of sync.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The gateway loses ZooKeeper: its route fails closed rather than judge by a stale view, at
+    // once, not when its session (30 s, above FOLLOW_WAIT) would expire.
+    relay.set(RelayMode::Cut);
+    until_answered(
+        &gateway,
+        "/inv/3",
+        first.token,
+        (503, "authority-unavailable"),
+    )
+    .await;
+    // Meanwhile the lock changes hands, unseen by the gateway.
+    let zombie = first.token;
+    let second = zk_contend(&lock, Naming::Curator, CONTENDER_SESSION).await;
+    first.release().await;
+
+    // Back: a new session reads the lock again before the route trusts its view.
+    relay.set(RelayMode::Pass);
+    until_answered(&gateway, "/inv/3", second.token, (200, "")).await;
+    assert_eq!(
+        write(&gateway, "/inv/3", zombie).await,
+        (409, "lease-ended".to_owned()),
+        "the holder that released while the gateway was away"
+    );
+    let forwarded: Vec<u64> = upstream.seen().iter().filter_map(|s| s.fence()).collect();
+    assert!(
+        forwarded.iter().all(|t| *t == zombie || *t == second.token)
+            && forwarded.last() == Some(&second.token),
+        "{forwarded:?}"
+    );
+    second.release().await;
+    gateway.stop().await;
+    zk_delete_tree(&zk_observer().await, &root).await;
 }

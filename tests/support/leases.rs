@@ -1,5 +1,6 @@
 //! A real lease table in PostgreSQL, as the reference text defines it: the lease counter is the
-//! fencing token, raised by the acquiring statement itself.
+//! fencing token, raised by the acquiring statement itself. Also what a test that watches the
+//! table needs: whether a lease has ended, and a lock taken whatever its state (a beacon).
 
 use sqlx::PgPool;
 
@@ -76,4 +77,39 @@ pub async fn release(pool: &PgPool, schema: &str, key: &str, fence: u64) {
     .execute(pool)
     .await
     .expect("release lease");
+}
+
+/// Takes `key` whatever its state (held or not), raising its fence: a change to the table made
+/// now, for a test to see when a gateway following the table has read it. The new fence.
+pub async fn seize(pool: &PgPool, schema: &str, key: &str, owner: &str, ttl_ms: u64) -> u64 {
+    let (fence,): (i64,) = sqlx::query_as(&format!(
+        "INSERT INTO {schema}.lock_leases (lock_key, owner, fence, expires_at)
+         VALUES ($1, $2, 1, now() + make_interval(secs => $3 / 1000.0))
+         ON CONFLICT (lock_key) DO UPDATE
+            SET owner      = EXCLUDED.owner,
+                fence      = lock_leases.fence + 1,
+                expires_at = EXCLUDED.expires_at
+         RETURNING fence"
+    ))
+    .bind(key)
+    .bind(owner)
+    .bind(ttl_ms as f64)
+    .fetch_one(pool)
+    .await
+    .expect("seize lease");
+    fence as u64
+}
+
+/// Whether the lease `fence` of `key` has ended by the database's clock: expired, released, or
+/// taken over since.
+pub async fn ended(pool: &PgPool, schema: &str, key: &str, fence: u64) -> bool {
+    let (ended,): (bool,) = sqlx::query_as(&format!(
+        "SELECT fence <> $2 OR expires_at <= now() FROM {schema}.lock_leases WHERE lock_key = $1"
+    ))
+    .bind(key)
+    .bind(fence as i64)
+    .fetch_one(pool)
+    .await
+    .expect("read lease");
+    ended
 }

@@ -52,13 +52,31 @@ pub async fn etcd_contend(lock: &str, ttl: u64) -> EtcdContender {
     EtcdContender { lease, key, token }
 }
 
-/// Ends a lease at once (its keys are deleted), as an unlock or an expiry would.
-pub async fn etcd_revoke(lease: i64) {
-    call(
+/// Ends a lease at once (its keys are deleted), as an unlock or an expiry would: the revision
+/// of the deletes, when etcd reports one.
+pub async fn etcd_revoke(lease: i64) -> Option<i64> {
+    let answer = call(
         "/v3/lease/revoke",
         serde_json::json!({"ID": lease.to_string()}),
     )
     .await;
+    answer["header"]["revision"].as_str()?.parse().ok()
+}
+
+/// The lowest create revision under `<lock>/`: the holder's token, if anyone contends.
+pub async fn etcd_holder(lock: &str) -> Option<u64> {
+    let start = format!("{lock}/");
+    let end = format!("{lock}0");
+    let answer = call(
+        "/v3/kv/range",
+        serde_json::json!({"key": b64(&start), "range_end": b64(&end), "keys_only": true}),
+    )
+    .await;
+    answer["kvs"]
+        .as_array()?
+        .iter()
+        .filter_map(|kv| kv["create_revision"].as_str()?.parse().ok())
+        .min()
 }
 
 /// Renews a lease once.

@@ -43,7 +43,7 @@ trap 'rm -f "$log"' EXIT
 status=0
 cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 # The library as a service embeds it (Cargo.toml, [features]): the tower layer on the embedded
-# store alone, without the PostgreSQL, Redis, etcd, OTLP, admin or command-line code. Its unit
+# store alone, without the PostgreSQL, Redis, etcd, ZooKeeper, OTLP, admin or command-line code. Its unit
 # tests run there too: a configuration naming a part left out must be refused.
 if [ "$#" = 0 ]; then
   cargo test --locked --no-fail-fast --lib --no-default-features --features embed 2>&1 \

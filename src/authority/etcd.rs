@@ -12,7 +12,7 @@ use futures_util::future::BoxFuture;
 
 use super::mapping::LockMapping;
 use super::settings::AuthoritySettings;
-use super::source::{Feed, LockSource};
+use super::source::{follow_sessions, Feed, LockSource};
 use super::view::Holder;
 use crate::config::EtcdStoreConfig;
 use crate::etcd::client::EtcdClient;
@@ -23,9 +23,6 @@ use crate::etcd::wire::{
 
 /// How often the cluster is asked whether it still answers (and how many lock keys it holds).
 const PROBE_EVERY: Duration = Duration::from_millis(500);
-/// Pause before following again after a break, doubled up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Ranges per confirm transaction, below etcd's default `--max-txn-ops` (128).
 const RANGES_PER_TXN: usize = 100;
 
@@ -201,19 +198,7 @@ impl EtcdLocks {
 
 impl LockSource for EtcdLocks {
     fn follow(self: Arc<Self>, feed: Feed) -> BoxFuture<'static, ()> {
-        Box::pin(async move {
-            let mut backoff = FIRST_BACKOFF;
-            loop {
-                let started = tokio::time::Instant::now();
-                let why = self.session(&feed).await;
-                feed.lost(why);
-                if started.elapsed() > MAX_BACKOFF {
-                    backoff = FIRST_BACKOFF;
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-            }
-        })
+        Box::pin(async move { follow_sessions(&feed, || self.session(&feed)).await })
     }
 
     fn holders<'a>(

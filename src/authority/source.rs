@@ -2,6 +2,8 @@
 //! to a [`Feed`]) and a linearizable read of some locks' holders.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
@@ -48,6 +50,31 @@ impl Feed {
     /// The source cannot follow the service until its next resync.
     pub(crate) fn lost(&self, why: String) {
         self.0.lost(why);
+    }
+}
+
+/// Pause before following again after a break, doubled up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Follows a lock service one `session` after another until the task is aborted: each session
+/// answers why it ended, which goes to [`Feed::lost`]; the pause before the next doubles while
+/// sessions keep ending within [`MAX_BACKOFF`], and starts again after one that lasted.
+pub(crate) async fn follow_sessions<F, S>(feed: &Feed, mut session: F)
+where
+    F: FnMut() -> S,
+    S: Future<Output = String>,
+{
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let started = tokio::time::Instant::now();
+        let why = session().await;
+        feed.lost(why);
+        if started.elapsed() > MAX_BACKOFF {
+            backoff = FIRST_BACKOFF;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

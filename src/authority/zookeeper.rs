@@ -15,13 +15,10 @@ use zookeeper_client as zk;
 
 use super::mapping::LockMapping;
 use super::settings::AuthoritySettings;
-use super::source::{Feed, LockSource};
+use super::source::{follow_sessions, Feed, LockSource};
 use super::view::Holder;
 use crate::config::ZookeeperToken;
 
-/// Pause before following again after a break, doubled up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Digits ZooKeeper appends to a sequential node's name.
 const SEQUENCE_DIGITS: usize = 10;
 /// Reads of a lock whose holder's node went between listing and stat (czxid tokens).
@@ -328,22 +325,17 @@ impl ZookeeperLocks {
 impl LockSource for ZookeeperLocks {
     fn follow(self: Arc<Self>, feed: Feed) -> BoxFuture<'static, ()> {
         Box::pin(async move {
-            let mut backoff = FIRST_BACKOFF;
-            loop {
-                let ended = match self.connect().await {
-                    Ok(client) => {
-                        self.set_session(Some(client.clone()));
-                        let ended = self.session(&client, &feed).await;
-                        self.set_session(None);
-                        backoff = FIRST_BACKOFF;
-                        ended
-                    }
-                    Err(e) => e,
+            follow_sessions(&feed, || async {
+                let client = match self.connect().await {
+                    Ok(client) => client,
+                    Err(e) => return e,
                 };
-                feed.lost(ended);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-            }
+                self.set_session(Some(client.clone()));
+                let ended = self.session(&client, &feed).await;
+                self.set_session(None);
+                ended
+            })
+            .await
         })
     }
 

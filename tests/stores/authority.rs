@@ -66,6 +66,18 @@ pub(super) async fn until_mark_within(
     }
 }
 
+/// `GET /admin/authorities` with the admin token.
+pub(super) async fn authorities(gateway: &TestGateway, admin_token: &str) -> serde_json::Value {
+    send(
+        "GET",
+        &gateway.admin_url("/admin/authorities"),
+        &[("authorization", &format!("Bearer {admin_token}"))],
+        "",
+    )
+    .await
+    .json()
+}
+
 pub(super) async fn write(gateway: &TestGateway, path: &str, token: u64) -> (u16, String) {
     let reply = send(
         "PUT",
@@ -218,14 +230,7 @@ async fn a_lock_service_out_of_reach_fails_the_route_closed_or_back_to_the_marks
     assert_eq!(ready.status, 503);
     let why = String::from_utf8_lossy(&ready.body);
     assert!(why.contains("closed"), "{why}");
-    let listed = send(
-        "GET",
-        &gateway.admin_url("/admin/authorities"),
-        &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))],
-        "",
-    )
-    .await
-    .json();
+    let listed = authorities(&gateway, ADMIN_TOKEN).await;
     let closed = listed["authorities"]
         .as_array()
         .and_then(|all| all.iter().find(|a| a["route"] == "closed"))

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::authority::{route, until_mark_within, write};
+use super::authority::{authorities, route, until_mark_within, write};
 use crate::support::relay::{Relay, RelayMode};
 use crate::support::upstream::{Behavior, RecordingUpstream};
 use crate::support::zookeeper::{
@@ -32,23 +32,6 @@ async fn lock_node(lock: &str) {
         .await
         .release()
         .await;
-}
-
-/// Writes with `token` until the gateway refuses it with 409 `lease-ended`.
-async fn until_refused(gateway: &TestGateway, path: &str, token: u64) {
-    let started = Instant::now();
-    loop {
-        let (status, slug) = write(gateway, path, token).await;
-        if status == 409 {
-            assert_eq!(slug, "lease-ended", "{path} with {token}");
-            return;
-        }
-        assert!(
-            started.elapsed() < FOLLOW_WAIT,
-            "{path}: token {token} still {status} after {FOLLOW_WAIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test]
@@ -114,14 +97,7 @@ async fn operations_surface_shows_a_followed_lock(gateway: &TestGateway) {
     // the next sequence number already, which is the holder's.
     let started = Instant::now();
     let listed = loop {
-        let listed = send(
-            "GET",
-            &gateway.admin_url("/admin/authorities"),
-            &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))],
-            "",
-        )
-        .await
-        .json();
+        let listed = authorities(gateway, ADMIN_TOKEN).await;
         if listed["authorities"][0]["holders"] == 1 || started.elapsed() > FOLLOW_WAIT {
             break listed;
         }
@@ -197,7 +173,7 @@ async fn require_live_lease_on_zookeeper_refuses_every_token_but_the_holders() {
                 "{case}: strict confirms the lease"
             );
         } else {
-            until_refused(&gateway, "/doc/1", live).await;
+            until_answered(&gateway, "/doc/1", live, (409, "lease-ended")).await;
         }
         // Without strict, writes sent before the watch saw the release still pass: the holder's.
         let forwarded: Vec<u64> = upstream.seen().iter().filter_map(|s| s.fence()).collect();
@@ -228,14 +204,7 @@ async fn a_zookeeper_ensemble_out_of_reach_fails_the_route_closed() {
     );
     let ready = send("GET", &gateway.admin_url("/readyz"), &[], "").await;
     assert_eq!(ready.status, 503);
-    let listed = send(
-        "GET",
-        &gateway.admin_url("/admin/authorities"),
-        &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))],
-        "",
-    )
-    .await
-    .json();
+    let listed = authorities(&gateway, ADMIN_TOKEN).await;
     let closed = &listed["authorities"][0];
     assert_eq!(closed["kind"], "zookeeper", "{listed}");
     assert_eq!(closed["in_sync"], false, "{listed}");

@@ -232,10 +232,12 @@ impl Authorities {
                 hosts,
                 token,
                 session_timeout,
+                digest,
             } => Arc::new(zookeeper::ZookeeperLocks::new(
                 hosts,
                 *token,
                 *session_timeout,
+                digest.clone(),
                 settings,
             )),
             // Left out of this build: the configuration check refuses such a route first.

@@ -25,11 +25,12 @@ pub enum Service {
         table: String,
         poll_interval: Duration,
     },
-    /// A ZooKeeper ensemble.
+    /// A ZooKeeper ensemble, with the `user:password` of ZooKeeper's digest scheme if it needs one.
     Zookeeper {
         hosts: String,
         token: ZookeeperToken,
         session_timeout: Duration,
+        digest: Option<String>,
     },
 }
 
@@ -290,18 +291,13 @@ fn zookeeper_service(config: &AuthorityConfig) -> Result<Service, MappingError> 
             "a chroot is a path after the servers, e.g. \"zk1:2181/apps\", without a trailing /",
         ));
     }
-    if config.url.is_some()
-        || !config.endpoints.is_empty()
-        || config.username.is_some()
-        || config.password_env.is_some()
-        || config.password_file.is_some()
-        || config.tls.is_some()
-    {
+    if config.url.is_some() || !config.endpoints.is_empty() || config.tls.is_some() {
         return Err(fail(
             "fence.authority.hosts",
-            "ZooKeeper is reached at `hosts` alone: url, endpoints, username, password_env, password_file and tls belong to other kinds",
+            "ZooKeeper is reached at `hosts`: url, endpoints and tls belong to other kinds",
         ));
     }
+    let digest = zookeeper_digest(config)?;
     let lock = config.lock_key.as_str();
     if !lock.starts_with('/') || lock.ends_with('/') || lock.contains("//") {
         return Err(fail(
@@ -316,5 +312,41 @@ fn zookeeper_service(config: &AuthorityConfig) -> Result<Service, MappingError> 
         hosts: hosts.to_owned(),
         token: config.token.unwrap_or_default(),
         session_timeout: config.session_timeout,
+        digest,
     })
+}
+
+/// `username` and its password as ZooKeeper's digest scheme takes them (`user:password`), when
+/// the locks' ACLs ask for it.
+fn zookeeper_digest(config: &AuthorityConfig) -> Result<Option<String>, MappingError> {
+    let fail = |field: &'static str, message: String| MappingError { field, message };
+    let password_field = if config.password_file.is_some() {
+        "fence.authority.password_file"
+    } else {
+        "fence.authority.password_env"
+    };
+    let password = crate::config::secret::read_allowing_empty(
+        "password",
+        config.password_env.as_deref(),
+        config.password_file.as_deref(),
+    )
+    .map_err(|e| fail(password_field, e.to_string()))?;
+    match (&config.username, password) {
+        (None, None) => Ok(None),
+        (Some(user), Some(password)) if !user.is_empty() && !user.contains(':') => {
+            Ok(Some(format!("{user}:{password}")))
+        }
+        (Some(_), Some(_)) => Err(fail(
+            "fence.authority.username",
+            "a ZooKeeper digest user name: not empty, no ':'".to_owned(),
+        )),
+        (Some(_), None) => Err(fail(
+            "fence.authority.password_env",
+            "a username needs the variable (or password_file) holding its password".to_owned(),
+        )),
+        (None, Some(_)) => Err(fail(
+            "fence.authority.username",
+            "password_env and password_file need the username they belong to".to_owned(),
+        )),
+    }
 }

@@ -28,6 +28,8 @@ const READS_IN_FLIGHT: usize = 64;
 
 pub(super) struct ZookeeperLocks {
     hosts: String,
+    /// `user:password` for ZooKeeper's digest scheme, sent with every session.
+    digest: Option<String>,
     session_timeout: Duration,
     request_timeout: Duration,
     token: ZookeeperToken,
@@ -52,6 +54,7 @@ impl ZookeeperLocks {
         hosts: &str,
         token: ZookeeperToken,
         session_timeout: Duration,
+        digest: Option<String>,
         settings: &AuthoritySettings,
     ) -> ZookeeperLocks {
         let (root, depth) = watch_root(
@@ -60,6 +63,7 @@ impl ZookeeperLocks {
         );
         ZookeeperLocks {
             hosts: hosts.to_owned(),
+            digest,
             session_timeout,
             request_timeout: settings.request_timeout,
             token,
@@ -71,10 +75,13 @@ impl ZookeeperLocks {
     }
 
     async fn connect(&self) -> Result<zk::Client, String> {
-        let connecting = zk::Client::connector()
+        let mut connector = zk::Client::connector()
             .with_session_timeout(self.session_timeout)
-            .with_connection_timeout(self.request_timeout)
-            .connect(&self.hosts);
+            .with_connection_timeout(self.request_timeout);
+        if let Some(digest) = &self.digest {
+            connector = connector.with_auth("digest", digest.as_bytes());
+        }
+        let connecting = connector.connect(&self.hosts);
         match tokio::time::timeout(self.session_timeout, connecting).await {
             Ok(Ok(client)) => Ok(client),
             Ok(Err(e)) => Err(format!("connecting to ZooKeeper ({}): {e}", self.hosts)),

@@ -44,7 +44,8 @@ pub struct AuthorityConfig {
     /// etcd: the cluster's client URLs.
     #[serde(default)]
     pub endpoints: Vec<String>,
-    /// etcd: a user of etcd's authentication, and the variable holding its password.
+    /// etcd: a user of etcd's authentication; ZooKeeper: a user of its digest scheme; and the
+    /// variable holding its password.
     #[serde(default)]
     pub username: Option<String>,
     #[serde(default)]

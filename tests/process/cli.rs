@@ -186,6 +186,7 @@ fn check_config_names_the_authority_field_at_fault() {
         ("kind = \"zookeeper\"\nhosts = \"zk1:2181\"\nlock_key = \"jobs/{id}\"".to_owned(), "fence.authority.lock_key"),
         ("kind = \"zookeeper\"\nhosts = \"zk1:2181\"\nlock_key = \"/jobs/{id}\"\nendpoints = [\"http://e:2379\"]".to_owned(), "fence.authority.hosts"),
         ("kind = \"zookeeper\"\nhosts = \"zk1:2181\"\nlock_key = \"/jobs/{id}\"\ntoken = \"mzxid\"".to_owned(), "token"),
+        ("kind = \"zookeeper\"\nhosts = \"zk1:2181\"\nlock_key = \"/jobs/{id}\"\nusername = \"u\"".to_owned(), "fence.authority.password_env"),
         (format!("{etcd}\nlock_key = \"locks/{{id}}\"\nhosts = \"zk1:2181\""), "fence.authority.hosts"),
         ("kind = \"postgres\"\nurl = \"postgres://db/app\"\nlock_key = \"job:{id}\"\ntoken = \"czxid\"".to_owned(), "fence.authority.token"),
     ];

@@ -4,7 +4,8 @@
 //! session that expires (a paused holder) or a release ends the lease and refuses its token,
 //! `require_live_lease` (and `strict`, a sync and read per batch) refuses every token but the
 //! holder's, for both tokens (`sequence`, `czxid`), and an ensemble out of reach fails closed, as
-//! does a broken session until a new one has read every lock again.
+//! does a broken session until a new one has read every lock again; locks behind a digest ACL are
+//! read with the route's credentials, and without them the route fails closed.
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,8 @@ use super::authority::{authorities, route, until_mark_within, write};
 use crate::support::relay::{Relay, RelayMode};
 use crate::support::upstream::{Behavior, RecordingUpstream};
 use crate::support::zookeeper::{
-    unique_root, zk_contend, zk_delete_tree, zk_observer, Naming, ZK_HOSTS,
+    unique_root, zk_contend, zk_contend_as, zk_delete_tree, zk_observer, zk_observer_as, Naming,
+    ZK_HOSTS,
 };
 use crate::support::{send, TestGateway};
 
@@ -281,4 +283,57 @@ async fn a_broken_zookeeper_session_fails_closed_until_a_new_one_has_read_every_
     second.release().await;
     gateway.stop().await;
     zk_delete_tree(&zk_observer().await, &root).await;
+}
+
+#[tokio::test]
+async fn locks_behind_a_digest_acl_are_read_with_the_routes_credentials() {
+    const DIGEST: &str = "fencegate-test:s3cret";
+    let root = unique_root();
+    let lock = format!("{root}/locks/5");
+    // Every node from the root down is readable by that user alone.
+    let holder = zk_contend_as(&lock, Naming::Curator, CONTENDER_SESSION, Some(DIGEST)).await;
+    let secrets = tempfile::tempdir().expect("a temporary directory");
+    let password = secrets.path().join("zk-password");
+    std::fs::write(&password, "s3cret").expect("write the password file");
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let with = zk_authority(
+        &root,
+        &format!(
+            "require_live_lease = true\nusername = \"fencegate-test\"\npassword_file = \"{}\"",
+            password.display()
+        ),
+    );
+    let without = zk_authority(
+        &root,
+        "require_live_lease = true\nrequest_timeout = \"500ms\"",
+    );
+    let routes = format!(
+        "{}{}",
+        route(&upstream.url(), "with", &with),
+        route(&upstream.url(), "without", &without)
+    );
+    let gateway = TestGateway::builder(&routes)
+        .admin(ADMIN_TOKEN)
+        .start()
+        .await;
+    until_answered(&gateway, "/with/5", holder.token, (200, "")).await;
+    until_answered(
+        &gateway,
+        "/without/5",
+        holder.token,
+        (503, "authority-unavailable"),
+    )
+    .await;
+    let listed = authorities(&gateway, ADMIN_TOKEN).await;
+    let without = listed["authorities"]
+        .as_array()
+        .and_then(|all| all.iter().find(|a| a["route"] == "without"))
+        .cloned()
+        .expect("the route without credentials");
+    assert_eq!(without["in_sync"], false, "{listed}");
+    let forwarded: Vec<u64> = upstream.seen().iter().filter_map(|s| s.fence()).collect();
+    assert_eq!(forwarded, vec![holder.token]);
+    holder.release().await;
+    gateway.stop().await;
+    zk_delete_tree(&zk_observer_as(DIGEST).await, &root).await;
 }

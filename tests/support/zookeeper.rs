@@ -33,10 +33,13 @@ pub struct ZkContender {
     pub czxid: u64,
 }
 
-async fn session(timeout: Duration, detached: bool) -> zk::Client {
+async fn session(timeout: Duration, detached: bool, digest: Option<&str>) -> zk::Client {
     let mut connector = zk::Client::connector().with_session_timeout(timeout);
     if detached {
         connector = connector.with_detached();
+    }
+    if let Some(digest) = digest {
+        connector = connector.with_auth("digest", digest.as_bytes());
     }
     connector
         .connect(ZK_HOSTS)
@@ -47,8 +50,23 @@ async fn session(timeout: Duration, detached: bool) -> zk::Client {
 /// Creates `lock` (and its parents) if missing, then a contender's node under it, in a session of
 /// `timeout` that expires `timeout` after [`ZkContender::pause`].
 pub async fn zk_contend(lock: &str, naming: Naming, timeout: Duration) -> ZkContender {
-    let client = session(timeout, true).await;
-    let anyone = zk::Acls::anyone_all();
+    zk_contend_as(lock, naming, timeout, None).await
+}
+
+/// [`zk_contend`] in a session authenticated as `digest` (`user:password`), every node it makes
+/// readable by that user alone (ZooKeeper's `auth` ACL).
+pub async fn zk_contend_as(
+    lock: &str,
+    naming: Naming,
+    timeout: Duration,
+    digest: Option<&str>,
+) -> ZkContender {
+    let client = session(timeout, true, digest).await;
+    let anyone = if digest.is_some() {
+        zk::Acls::creator_all()
+    } else {
+        zk::Acls::anyone_all()
+    };
     match client
         .mkdir(lock, &zk::CreateMode::Persistent.with_acls(anyone))
         .await
@@ -96,7 +114,12 @@ impl ZkContender {
 
 /// A session for watching and cleaning up.
 pub async fn zk_observer() -> zk::Client {
-    session(Duration::from_secs(10), false).await
+    session(Duration::from_secs(10), false, None).await
+}
+
+/// [`zk_observer`] authenticated as `digest` (`user:password`).
+pub async fn zk_observer_as(digest: &str) -> zk::Client {
+    session(Duration::from_secs(10), false, Some(digest)).await
 }
 
 /// Waits until `path` is gone (a session expired takes its ephemeral nodes), up to `within`;

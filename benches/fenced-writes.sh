@@ -19,7 +19,11 @@
 #                                         # passthrough-tls-listener / nginx-tls-listener (TLS from
 #                                         # the client, plain to the upstream), passthrough-tls-upstream /
 #                                         # nginx-tls-upstream (plain from the client, TLS to an nginx
-#                                         # upstream, kept alive), passthrough-tls-both
+#                                         # upstream, kept alive), passthrough-tls-both,
+#                                         # held-plain / held-watch / held-strict (holders of 64 etcd
+#                                         # locks, no authority, the watch, require_live_lease + strict),
+#                                         # held-zk-watch / held-zk-strict (the same with 64 ZooKeeper
+#                                         # locks at 127.0.0.1:2181, made with kazoo)
 #   FENCEGATE_BIN=path benches/fenced-writes.sh  # measure that build instead of target/release
 #
 # PostgreSQL (127.0.0.1:5432, database test, schema fencegate_bench, recreated), Redis
@@ -82,6 +86,9 @@ cleanup() {
   esac
   redis-cli --scan --pattern "${REDIS_PREFIX}*" 2>/dev/null | xargs -r -n 500 redis-cli del >/dev/null 2>&1 || true
   etcd_delete_prefix "$ETCD_PREFIX" || true
+  if [ -n "${zk_root:-}" ] && [ -s "$work/zheld-tokens.lua" ]; then
+    python3 -c 'import sys; from kazoo.client import KazooClient; zk = KazooClient(hosts="127.0.0.1:2181"); zk.start(timeout=10); zk.delete(sys.argv[1], recursive=True); zk.stop()' "$zk_root" 2>/dev/null || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -363,6 +370,33 @@ case " $PATHS " in
       printf '[routes.fence.authority]\nkind = "etcd"\nendpoints = ["%s"]\nlock_key = "%slocks/{id}"\nresource_key = "held:{id}"\n%s\n' \
         "$ETCD_URL" "$ETCD_PREFIX" "$1"
     }
+    # The held-zk paths: 64 ZooKeeper locks, each a lock node with one sequential child (held by
+    # no session: persistent, so that it outlives this script's client), made with kazoo.
+    zk_root="/fencegate-bench-$(date +%s)"
+    case " $PATHS " in
+      *" held-zk-"*)
+        python3 - "$zk_root" >"$work/zheld-tokens.lua" <<'PY'
+import sys
+from kazoo.client import KazooClient
+root = sys.argv[1]
+zk = KazooClient(hosts="127.0.0.1:2181")
+zk.start(timeout=10)
+print("tokens = {")
+for i in range(64):
+    lock = f"{root}/locks/{i}"
+    zk.ensure_path(lock)
+    zk.delete(zk.create(f"{lock}/lock-", sequence=True))  # the tokens start at 1
+    node = zk.create(f"{lock}/lock-", sequence=True)
+    print(f'  [{i}] = "{int(node[-10:])}",')
+print("}")
+zk.stop()
+PY
+        ;;
+    esac
+    zk_authority() {
+      printf '[routes.fence.authority]\nkind = "zookeeper"\nhosts = "127.0.0.1:2181"\nlock_key = "%s/locks/{id}"\nresource_key = "zheld:{id}"\n%s\n' \
+        "$zk_root" "$1"
+    }
     mkdir -p "$work/held"
     {
       printf '[server]\nlisten = "127.0.0.1:%s"\nstate_dir = "%s/held"\n' "$next_port" "$work"
@@ -375,12 +409,26 @@ case " $PATHS " in
           strict) authority $'require_live_lease = true\nstrict = true' ;;
         esac
       done
+      if [ -s "$work/zheld-tokens.lua" ]; then
+        for mode in watch strict; do
+          printf '[[routes]]\nname = "held-zk-%s"\npath = "/held-zk-%s/{id}"\nupstream = "http://127.0.0.1:%s"\nresource_key = "zheld:{id}"\n' \
+            "$mode" "$mode" "$UPSTREAM_PORT"
+          case $mode in
+            watch) zk_authority "" ;;
+            strict) zk_authority $'require_live_lease = true\nstrict = true' ;;
+          esac
+        done
+      fi
     } >"$work/held.toml"
     start_gateway held "$next_port"
     next_port=$((next_port + 1))
     # Every held path answers its holders before anything is measured.
-    for mode in plain watch strict; do
-      token=$(sed -n 's/  \[0\] = "\([0-9]*\)",/\1/p' "$work/held-tokens.lua")
+    zk_modes=""
+    [ -s "$work/zheld-tokens.lua" ] && zk_modes="zk-watch zk-strict"
+    for mode in plain watch strict $zk_modes; do
+      tokens_file="$work/held-tokens.lua"
+      case $mode in zk-*) tokens_file="$work/zheld-tokens.lua" ;; esac
+      token=$(sed -n 's/  \[0\] = "\([0-9]*\)",/\1/p' "$tokens_file")
       for _ in $(seq 1 50); do
         status=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "X-Fence: $token" "http://127.0.0.1:${port[held]}/held-$mode/0")
         [ "$status" = 200 ] && break
@@ -389,8 +437,9 @@ case " $PATHS " in
       [ "$status" = 200 ] || { echo "fenced-writes.sh: held-$mode answered $status to its holder" >&2; exit 1; }
     done ;;
 esac
-cat > "$work/held.lua" <<LUA
-dofile("$work/held-tokens.lua")
+for held in held zheld; do
+cat > "$work/$held.lua" <<LUA
+dofile("$work/$held-tokens.lua")
 local n = 0
 local prefix = os.getenv("PREFIX")
 request = function()
@@ -400,6 +449,7 @@ request = function()
 end
 done = function(summary) io.write(string.format("non2xx %d\n", summary.errors.status)) end
 LUA
+done
 
 cat > "$work/advance.lua" <<'LUA'
 local n = 0
@@ -581,6 +631,9 @@ for round in $(seq 1 "$ROUNDS"); do
       fenced-*)
         CPU_PIDS=${gateway_pid[${path#fenced-}]}
         line=$(run "http://127.0.0.1:${port[${path#fenced-}]}/invoices/1" "$work/advance.lua") ;;
+      held-zk-*)
+        CPU_PIDS=${gateway_pid[held]}
+        line=$(run "http://127.0.0.1:${port[held]}/$path/0" "$work/zheld.lua" "/$path/") ;;
       held-*)
         CPU_PIDS=${gateway_pid[held]}
         line=$(run "http://127.0.0.1:${port[held]}/$path/0" "$work/held.lua" "/$path/") ;;

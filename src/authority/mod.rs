@@ -237,7 +237,7 @@ impl Authorities {
                 hosts,
                 *token,
                 *session_timeout,
-                digest.clone(),
+                digest.as_ref().map(|d| d.0.clone()),
                 settings,
             )),
             // Left out of this build: the configuration check refuses such a route first.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::config::{
     AuthorityConfig, AuthorityKind, EtcdStoreConfig, OnAuthorityUnavailable, ZookeeperToken,
     DEFAULT_CACHE_CAPACITY, DEFAULT_ETCD_MAX_BATCH, DEFAULT_TURN_MARGIN,
+    DEFAULT_ZOOKEEPER_SESSION_TIMEOUT,
 };
 
 use super::mapping::{LockMapping, MappingError};
@@ -30,7 +31,7 @@ pub enum Service {
         hosts: String,
         token: ZookeeperToken,
         session_timeout: Duration,
-        digest: Option<String>,
+        digest: Option<Digest>,
     },
 }
 
@@ -245,12 +246,14 @@ fn postgres_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
     })
 }
 
-/// `hosts` and `token` belong to a ZooKeeper authority only.
+/// `hosts`, `token` and `session_timeout` belong to a ZooKeeper authority only.
 fn refuse_zookeeper_fields(config: &AuthorityConfig, kind: &str) -> Result<(), MappingError> {
     let field = if config.hosts.is_some() {
         "fence.authority.hosts"
     } else if config.token.is_some() {
         "fence.authority.token"
+    } else if config.session_timeout.is_some() {
+        "fence.authority.session_timeout"
     } else {
         return Ok(());
     };
@@ -265,55 +268,93 @@ fn zookeeper_service(config: &AuthorityConfig) -> Result<Service, MappingError> 
         field,
         message: message.to_owned(),
     };
-    let Some(hosts) = config.hosts.as_deref().map(str::trim) else {
+    for (set, field) in [
+        (config.url.is_some(), "fence.authority.url"),
+        (!config.endpoints.is_empty(), "fence.authority.endpoints"),
+        (config.tls.is_some(), "fence.authority.tls"),
+    ] {
+        if set {
+            return Err(fail(
+                field,
+                "not for ZooKeeper, which is reached at `hosts` (no TLS)",
+            ));
+        }
+    }
+    let Some(hosts) = config.hosts.as_deref() else {
         return Err(fail(
             "fence.authority.hosts",
             "the ensemble's connect string, e.g. \"zk1:2181,zk2:2181,zk3:2181\" (a /chroot may follow)",
         ));
     };
-    let (servers, chroot) = hosts
-        .split_once('/')
-        .map_or((hosts, None), |(s, c)| (s, Some(c)));
-    let valid_server = |server: &str| {
-        server.rsplit_once(':').is_some_and(|(host, port)| {
-            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
-        })
-    };
-    if servers.is_empty() || !servers.split(',').map(str::trim).all(valid_server) {
-        return Err(fail(
-            "fence.authority.hosts",
-            "host:port pairs separated by commas, e.g. \"zk1:2181,zk2:2181\" (a /chroot may follow)",
-        ));
-    }
-    if chroot.is_some_and(|c| c.is_empty() || c.ends_with('/')) {
-        return Err(fail(
-            "fence.authority.hosts",
-            "a chroot is a path after the servers, e.g. \"zk1:2181/apps\", without a trailing /",
-        ));
-    }
-    if config.url.is_some() || !config.endpoints.is_empty() || config.tls.is_some() {
-        return Err(fail(
-            "fence.authority.hosts",
-            "ZooKeeper is reached at `hosts`: url, endpoints and tls belong to other kinds",
-        ));
-    }
-    let digest = zookeeper_digest(config)?;
-    let lock = config.lock_key.as_str();
-    if !lock.starts_with('/') || lock.ends_with('/') || lock.contains("//") {
+    let hosts = connect_string(hosts).map_err(|message| fail("fence.authority.hosts", message))?;
+    if !is_zookeeper_path(&config.lock_key) {
         return Err(fail(
             "fence.authority.lock_key",
-            "a ZooKeeper path: it starts with / and has no empty segment, e.g. \"/locks/invoice/{id}\"",
+            "a ZooKeeper path: it starts with /, and no segment is empty, . or .., e.g. \"/locks/invoice/{id}\"",
         ));
     }
-    if config.session_timeout < Duration::from_secs(1) {
+    let session_timeout = config
+        .session_timeout
+        .unwrap_or(DEFAULT_ZOOKEEPER_SESSION_TIMEOUT);
+    if session_timeout < Duration::from_secs(1) {
         return Err(fail("fence.authority.session_timeout", "at least 1s"));
     }
     Ok(Service::Zookeeper {
-        hosts: hosts.to_owned(),
+        hosts,
         token: config.token.unwrap_or_default(),
-        session_timeout: config.session_timeout,
-        digest,
+        session_timeout,
+        digest: zookeeper_digest(config)?.map(Digest),
     })
+}
+
+/// `hosts` checked and written without spaces: `host:port` pairs (an IPv6 host in brackets), a
+/// port on each (ZooKeeper's client would default it; here it is said), an optional chroot.
+fn connect_string(hosts: &str) -> Result<String, &'static str> {
+    const SHAPE: &str =
+        "host:port pairs separated by commas, e.g. \"zk1:2181,zk2:2181\", a /chroot after them if any";
+    let (servers, chroot) = match hosts.trim().split_once('/') {
+        Some((servers, chroot)) => (servers, Some(format!("/{chroot}"))),
+        None => (hosts.trim(), None),
+    };
+    let mut checked = Vec::new();
+    for server in servers.split(',').map(str::trim) {
+        let (host, port) = server.rsplit_once(':').ok_or(SHAPE)?;
+        let bracketed = host.starts_with('[') && host.ends_with(']') && host.len() > 2;
+        let plain = !host.is_empty() && !host.contains([':', ' ', '[', ']']);
+        if !(bracketed || plain) || !port.parse::<u16>().is_ok_and(|p| p > 0) {
+            return Err(SHAPE);
+        }
+        checked.push(server);
+    }
+    if let Some(chroot) = &chroot {
+        if !is_zookeeper_path(chroot) {
+            return Err("the chroot after the servers is a ZooKeeper path with no empty, . or .. segment, e.g. \"zk1:2181/apps\"");
+        }
+    }
+    Ok(format!(
+        "{}{}",
+        checked.join(","),
+        chroot.unwrap_or_default()
+    ))
+}
+
+/// Whether `path` is one ZooKeeper accepts: absolute, and no segment empty, `.` or `..` (a
+/// placeholder's values are checked where a request names them: a lock no node can have).
+fn is_zookeeper_path(path: &str) -> bool {
+    path.strip_prefix('/').is_some_and(|rest| {
+        rest.split('/')
+            .all(|segment| !matches!(segment, "" | "." | ".."))
+    })
+}
+
+/// ZooKeeper's digest credentials, `user:password`; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Digest(pub String);
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Digest(..)")
+    }
 }
 
 /// `username` and its password as ZooKeeper's digest scheme takes them (`user:password`), when
@@ -348,5 +389,58 @@ fn zookeeper_digest(config: &AuthorityConfig) -> Result<Option<String>, MappingE
             "fence.authority.username",
             "password_env and password_file need the username they belong to".to_owned(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{connect_string, is_zookeeper_path};
+
+    #[test]
+    fn a_connect_string_is_checked_and_written_without_spaces() {
+        assert_eq!(
+            connect_string(" zk1:2181 , zk2:2182/apps/locks "),
+            Ok("zk1:2181,zk2:2182/apps/locks".to_owned())
+        );
+        assert_eq!(
+            connect_string("[::1]:2181,10.0.0.2:2181"),
+            Ok("[::1]:2181,10.0.0.2:2181".to_owned())
+        );
+        for refused in [
+            "",
+            "zk1",
+            "zk1:",
+            "zk1:0",
+            "zk1:99999",
+            ":2181",
+            "a:1:2",
+            "z k:2181",
+            "zk1:2181,",
+            "zk1:2181/",
+            "zk1:2181/apps/",
+            "zk1:2181/a//b",
+            "zk1:2181/a/../b",
+            "[]:2181",
+        ] {
+            assert!(connect_string(refused).is_err(), "{refused:?}");
+        }
+    }
+
+    #[test]
+    fn a_zookeeper_path_is_absolute_with_no_empty_or_dot_segment() {
+        for accepted in ["/locks/invoice/{id}", "/x", "/a.b/c..d"] {
+            assert!(is_zookeeper_path(accepted), "{accepted:?}");
+        }
+        for refused in [
+            "locks/{id}",
+            "/",
+            "/locks/",
+            "//x",
+            "/a/./b",
+            "/a/../b",
+            "/a/.",
+        ] {
+            assert!(!is_zookeeper_path(refused), "{refused:?}");
+        }
     }
 }

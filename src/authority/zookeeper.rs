@@ -92,67 +92,70 @@ impl ZookeeperLocks {
         }
     }
 
-    /// `call` within the request timeout.
+    /// `call` within the request timeout: ZooKeeper's own answer, or why none came.
+    async fn within<T>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = Result<T, zk::Error>>,
+    ) -> Result<Result<T, zk::Error>, String> {
+        tokio::time::timeout(self.request_timeout, call)
+            .await
+            .map_err(|_| format!("{what}: no answer within {:?}", self.request_timeout))
+    }
+
+    /// [`within`](Self::within), any error of ZooKeeper's a failure too.
     async fn bounded<T>(
         &self,
         what: &str,
         call: impl std::future::Future<Output = Result<T, zk::Error>>,
     ) -> Result<T, String> {
-        match tokio::time::timeout(self.request_timeout, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(format!("{what}: {e}")),
-            Err(_) => Err(format!(
-                "{what}: no answer within {:?}",
-                self.request_timeout
-            )),
-        }
+        self.within(what, call)
+            .await?
+            .map_err(|e| format!("{what}: {e}"))
     }
 
-    /// `lock`'s holder now: its lowest sequential child.
+    /// `lock`'s holder now: its lowest sequential child. The holder's node is read too (its data
+    /// and stat), so that a gateway without READ on the contenders fails instead of following
+    /// locks whose changes ZooKeeper does not tell it of.
     async fn read_lock(&self, client: &zk::Client, lock: &str) -> Result<Read, String> {
+        let what = format!("reading {lock}");
         for _ in 0..HOLDER_READS {
-            let listed =
-                match tokio::time::timeout(self.request_timeout, client.get_children(lock)).await {
-                    Ok(Ok(listed)) => listed,
-                    Ok(Err(zk::Error::NoNode)) => {
-                        return Ok(Read {
-                            holder: None,
-                            pzxid: 0,
-                        })
-                    }
-                    Ok(Err(e)) => return Err(format!("reading {lock}: {e}")),
-                    Err(_) => {
-                        return Err(format!(
-                            "reading {lock}: no answer within {:?}",
-                            self.request_timeout
-                        ))
-                    }
-                };
-            let (children, stat) = listed;
+            let (children, stat) = match self.within(&what, client.get_children(lock)).await? {
+                Ok(listed) => listed,
+                // No such node, or a path no node can have (the client refuses it): no holder.
+                Err(zk::Error::NoNode | zk::Error::BadArguments(_)) => {
+                    return Ok(Read {
+                        holder: None,
+                        pzxid: 0,
+                    })
+                }
+                Err(e) => return Err(format!("{what}: {e}")),
+            };
+            if stat.cversion < 0 {
+                // Sequence numbers come from this counter: once it wraps, names stop sorting in
+                // the order of the grants, and no holder can be named.
+                return Err(format!(
+                    "{what}: its child counter wrapped ({}): the lock node must be made again",
+                    stat.cversion
+                ));
+            }
             let Some((child, sequence)) = lowest_contender(&children) else {
                 return Ok(Read {
                     holder: None,
                     pzxid: stat.pzxid,
                 });
             };
+            let path = format!("{lock}/{child}");
+            let node = match self.within(&what, client.get_data(&path)).await? {
+                Ok((_, node)) => node,
+                // The holder's node went since the listing: list again.
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(format!("reading {path}: {e}")),
+            };
             let token = match self.token {
                 ZookeeperToken::Sequence => sequence,
-                ZookeeperToken::Czxid => {
-                    let path = format!("{lock}/{child}");
-                    match self
-                        .bounded(&format!("reading {path}"), client.check_stat(&path))
-                        .await?
-                    {
-                        Some(node) => match u64::try_from(node.czxid) {
-                            Ok(czxid) => czxid,
-                            Err(_) => {
-                                return Err(format!("{path}: czxid {} below zero", node.czxid))
-                            }
-                        },
-                        // The holder's node went since the listing: list again.
-                        None => continue,
-                    }
-                }
+                ZookeeperToken::Czxid => u64::try_from(node.czxid)
+                    .map_err(|_| format!("{path}: czxid {} below zero", node.czxid))?,
             };
             return Ok(Read {
                 holder: Some(token),
@@ -160,7 +163,7 @@ impl ZookeeperLocks {
             });
         }
         Err(format!(
-            "reading {lock}: its holder changed {HOLDER_READS} times while it was read"
+            "{what}: its holder changed {HOLDER_READS} times while it was read"
         ))
     }
 
@@ -170,20 +173,14 @@ impl ZookeeperLocks {
         for _ in 0..self.depth {
             let mut next = Vec::new();
             for parent in &level {
-                let children =
-                    match tokio::time::timeout(self.request_timeout, client.list_children(parent))
-                        .await
-                    {
-                        Ok(Ok(children)) => children,
-                        Ok(Err(zk::Error::NoNode)) => continue,
-                        Ok(Err(e)) => return Err(format!("listing {parent}: {e}")),
-                        Err(_) => {
-                            return Err(format!(
-                                "listing {parent}: no answer within {:?}",
-                                self.request_timeout
-                            ))
-                        }
-                    };
+                let children = match self
+                    .within(&format!("listing {parent}"), client.list_children(parent))
+                    .await?
+                {
+                    Ok(children) => children,
+                    Err(zk::Error::NoNode) => continue,
+                    Err(e) => return Err(format!("listing {parent}: {e}")),
+                };
                 next.extend(children.into_iter().map(|child| child_path(parent, &child)));
             }
             level = next;
@@ -222,6 +219,14 @@ impl ZookeeperLocks {
             Ok(watcher) => watcher,
             Err(e) => return e,
         };
+        // A new session may be served by a follower behind the one the last session used: the
+        // sync brings it up to the leader before anything is read, so the view never goes back.
+        if let Err(e) = self
+            .bounded("syncing with the ZooKeeper leader", client.sync(&self.root))
+            .await
+        {
+            return e;
+        }
         let locks = match self.lock_nodes(client).await {
             Ok(locks) => locks,
             Err(e) => return e,
@@ -252,15 +257,14 @@ impl ZookeeperLocks {
                 }
             }
         }
-        feed.resync(holders, 0);
         let mut pending: BTreeSet<(String, String)> = BTreeSet::new();
+        // What was read is trusted only if the session did not break while it was read: a
+        // disconnection's report is queued before any answer read after it.
+        if let Some(ended) = self.drain(&mut watcher, &mut pending, client) {
+            return ended;
+        }
+        feed.resync(holders, 0);
         loop {
-            // Everything delivered so far, without waiting.
-            while let Some(event) = watcher.changed().now_or_never() {
-                if let Some(ended) = self.take_event(&event, &mut pending) {
-                    return ended;
-                }
-            }
             if pending.is_empty() {
                 // Every event up to what the reads saw has been applied: the view is at `reached`.
                 feed.apply(Vec::new(), reached);
@@ -270,19 +274,46 @@ impl ZookeeperLocks {
                 }
                 continue;
             }
-            let mut changes = Vec::with_capacity(pending.len());
-            for (lock, resource) in std::mem::take(&mut pending) {
-                match self.read_lock(client, &lock).await {
-                    Ok(read) => {
-                        reached = reached.max(read.pzxid);
-                        let holder = read.holder.map(|token| Holder { lock, token });
-                        changes.push((resource, holder));
-                    }
-                    Err(e) => return e,
+            let touched: Vec<(String, String)> = std::mem::take(&mut pending).into_iter().collect();
+            let mut changes = Vec::with_capacity(touched.len());
+            for chunk in touched.chunks(READS_IN_FLIGHT) {
+                let reads =
+                    match try_join_all(chunk.iter().map(|(lock, _)| self.read_lock(client, lock)))
+                        .await
+                    {
+                        Ok(reads) => reads,
+                        Err(e) => return e,
+                    };
+                for ((lock, resource), read) in chunk.iter().zip(reads) {
+                    reached = reached.max(read.pzxid);
+                    let holder = read.holder.map(|token| Holder {
+                        lock: lock.clone(),
+                        token,
+                    });
+                    changes.push((resource.clone(), holder));
                 }
+            }
+            if let Some(ended) = self.drain(&mut watcher, &mut pending, client) {
+                return ended;
             }
             feed.apply(changes, 0);
         }
+    }
+
+    /// Takes every event delivered so far, without waiting, into `pending`; answers why the
+    /// session ended when one of them, or the client's state now, says it is not connected.
+    fn drain(
+        &self,
+        watcher: &mut zk::PersistentWatcher,
+        pending: &mut BTreeSet<(String, String)>,
+        client: &zk::Client,
+    ) -> Option<String> {
+        while let Some(event) = watcher.changed().now_or_never() {
+            if let Some(ended) = self.take_event(&event, pending) {
+                return Some(ended);
+            }
+        }
+        disconnected(client)
     }
 
     /// Records the lock `event` touches; answers why the session ended for a session event.
@@ -293,7 +324,7 @@ impl ZookeeperLocks {
     ) -> Option<String> {
         match event.event_type {
             zk::EventType::Session => match event.session_state {
-                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => None,
+                zk::SessionState::SyncConnected => None,
                 // Events of a disconnection may be lost (the watch is re-added without them): a
                 // new session reads everything again.
                 state => Some(format!("the ZooKeeper session is {state:?}")),
@@ -322,21 +353,30 @@ impl ZookeeperLocks {
             .await?;
         // Every lock's children in one request (a multi-read, answered from one state).
         let mut reader = client.new_multi_reader();
-        for lock in locks {
-            reader
-                .add_get_children(lock)
-                .map_err(|e| format!("reading {lock}: {e}"))?;
-        }
+        // A lock whose path the client refuses has no node, so no holder; it is not asked.
+        let readable: Vec<&String> = locks
+            .iter()
+            .filter(|lock| reader.add_get_children(lock).is_ok())
+            .collect();
         let listed = self.bounded("reading the locks", reader.commit()).await?;
-        if listed.len() != locks.len() {
+        if listed.len() != readable.len() {
             return Err(format!(
                 "reading the locks: {} answers to {} reads",
                 listed.len(),
-                locks.len()
+                readable.len()
             ));
         }
+        let mut answers: HashMap<&str, zk::MultiReadResult> = readable
+            .into_iter()
+            .map(String::as_str)
+            .zip(listed)
+            .collect();
         let mut holders = Vec::with_capacity(locks.len());
-        for (lock, answer) in locks.iter().zip(listed) {
+        for lock in locks {
+            let Some(answer) = answers.remove(lock.as_str()) else {
+                holders.push(None);
+                continue;
+            };
             let children = match answer {
                 zk::MultiReadResult::Children { children } => children,
                 zk::MultiReadResult::Error {
@@ -400,6 +440,14 @@ fn watch_root(prefix: &str, slashes: usize) -> (String, usize) {
         root.matches('/').count()
     };
     (root.to_owned(), slashes.saturating_sub(root_level))
+}
+
+/// Why a session can no longer be trusted, if its client is not connected now.
+fn disconnected(client: &zk::Client) -> Option<String> {
+    match client.state() {
+        zk::SessionState::SyncConnected => None,
+        state => Some(format!("the ZooKeeper session is {state:?}")),
+    }
 }
 
 fn child_path(parent: &str, child: &str) -> String {

@@ -71,9 +71,10 @@ pub struct AuthorityConfig {
     /// ZooKeeper: what a holder's token is (default: its sequence number).
     #[serde(default)]
     pub token: Option<ZookeeperToken>,
-    /// ZooKeeper: the timeout of the gateway's own session.
-    #[serde(default = "default_session_timeout", with = "duration")]
-    pub session_timeout: Duration,
+    /// ZooKeeper: the timeout of the gateway's own session (default
+    /// [`DEFAULT_ZOOKEEPER_SESSION_TIMEOUT`]).
+    #[serde(default, with = "duration::optional")]
+    pub session_timeout: Option<Duration>,
 }
 
 /// ZooKeeper: which number of the holder's node is its fencing token.
@@ -117,9 +118,6 @@ fn default_timeout() -> Duration {
 }
 fn default_poll_interval() -> Duration {
     DEFAULT_LEASE_POLL_INTERVAL
-}
-fn default_session_timeout() -> Duration {
-    DEFAULT_ZOOKEEPER_SESSION_TIMEOUT
 }
 fn default_table() -> String {
     DEFAULT_LEASE_TABLE.to_owned()

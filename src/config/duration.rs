@@ -14,6 +14,19 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duratio
     Ok(parsed)
 }
 
+/// The same, for a setting that may be left out (`#[serde(default, with = "duration::optional")]`).
+pub mod optional {
+    use std::time::Duration;
+
+    use serde::Deserializer;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        super::deserialize(deserializer).map(Some)
+    }
+}
+
 /// The same, for the few settings where zero means "none" (`drain_delay = "0s"`: drain at once).
 pub mod zero_allowed {
     use std::time::Duration;

@@ -665,7 +665,10 @@ async fn dynamodb_lock_snippet_writes_with_its_items_fence_on_moto() {
         .expect("python3 -m moto.server");
     let endpoint = format!("http://127.0.0.1:{port}");
     let started = std::time::Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
         assert!(
             started.elapsed() < std::time::Duration::from_secs(20),
             "moto's server did not listen on {endpoint}"

@@ -62,13 +62,13 @@ pub async fn zk_contend_as(
     digest: Option<&str>,
 ) -> ZkContender {
     let client = session(timeout, true, digest).await;
-    let anyone = if digest.is_some() {
+    let acls = if digest.is_some() {
         zk::Acls::creator_all()
     } else {
         zk::Acls::anyone_all()
     };
     match client
-        .mkdir(lock, &zk::CreateMode::Persistent.with_acls(anyone))
+        .mkdir(lock, &zk::CreateMode::Persistent.with_acls(acls))
         .await
     {
         Ok(()) | Err(zk::Error::NodeExists) => {}
@@ -82,7 +82,7 @@ pub async fn zk_contend_as(
         .create(
             &prefix,
             &[],
-            &zk::CreateMode::EphemeralSequential.with_acls(anyone),
+            &zk::CreateMode::EphemeralSequential.with_acls(acls),
         )
         .await
         .unwrap_or_else(|e| panic!("creating a contender under {lock}: {e}"));
@@ -96,7 +96,7 @@ pub async fn zk_contend_as(
 }
 
 impl ZkContender {
-    /// Releases the lock: deletes the node and closes the session.
+    /// Releases the lock: deletes the node (the detached session itself expires later).
     pub async fn release(self) {
         match self.client.delete(&self.path, None).await {
             Ok(()) | Err(zk::Error::NoNode) => {}

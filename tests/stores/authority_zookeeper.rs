@@ -1,11 +1,6 @@
-//! `[routes.fence.authority] kind = "zookeeper"` against the real ZooKeeper of
-//! scripts/zookeeper-setup.sh, with contenders named as the plain recipe and as Curator's
-//! `InterProcessMutex` name them: a grant raises the key's mark before the holder writes, a
-//! session that expires (a paused holder) or a release ends the lease and refuses its token,
-//! `require_live_lease` (and `strict`, a sync and read per batch) refuses every token but the
-//! holder's, for both tokens (`sequence`, `czxid`), and an ensemble out of reach fails closed, as
-//! does a broken session until a new one has read every lock again; locks behind a digest ACL are
-//! read with the route's credentials, and without them the route fails closed.
+//! `kind = "zookeeper"` against the real ZooKeeper of scripts/zookeeper-setup.sh, with contenders
+//! named as the plain recipe and Curator name them: grants, expired sessions and releases, both
+//! tokens, `require_live_lease` and `strict`, broken sessions, ACLs, and lock nodes made again.
 
 use std::time::{Duration, Instant};
 
@@ -373,4 +368,99 @@ async fn locks_behind_a_digest_acl_are_read_with_the_routes_credentials() {
     holder.release().await;
     gateway.stop().await;
     zk_delete_tree(&zk_observer_as(DIGEST).await, &root).await;
+}
+
+#[tokio::test]
+async fn locks_made_after_the_gateway_started_below_a_root_that_did_not_exist_are_followed() {
+    // Two levels of placeholders: the watch's root is `{root}/t`, which does not exist yet.
+    let root = unique_root();
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let authority = format!(
+        "kind = \"zookeeper\"\nhosts = \"{ZK_HOSTS}\"\nlock_key = \"{root}/t/{{tenant}}/{{id}}\"\nresource_key = \"acct:{{tenant}}:{{id}}\"\nrequire_live_lease = true\n"
+    );
+    let routes = format!(
+        r#"
+[[routes]]
+name = "acct"
+path = "/acct/{{tenant}}/{{id}}"
+upstream = "{}"
+resource_key = "acct:{{tenant}}:{{id}}"
+
+[routes.fence]
+ordering = "none"
+
+[routes.fence.authority]
+{authority}
+"#,
+        upstream.url()
+    );
+    let gateway = TestGateway::builder(&routes)
+        .admin(ADMIN_TOKEN)
+        .start()
+        .await;
+    until_authority(&gateway, "acct", |a| a["in_sync"] == true).await;
+    let lock = format!("{root}/t/blue/9");
+    lock_node(&lock).await;
+    let holder = zk_contend(&lock, Naming::Plain, CONTENDER_SESSION).await;
+    // Seen by the watch, not only confirmed: the holder is in the view.
+    until_authority(&gateway, "acct", |a| a["holders"] == 1).await;
+    until_answered(&gateway, "/acct/blue/9", holder.token, (200, "")).await;
+    assert_eq!(
+        write(&gateway, "/acct/blue/9", holder.token + 1).await,
+        (409, "lease-ended".to_owned())
+    );
+    holder.release().await;
+    until_authority(&gateway, "acct", |a| a["holders"] == 0).await;
+    gateway.stop().await;
+    zk_delete_tree(&zk_observer().await, &root).await;
+}
+
+#[tokio::test]
+async fn a_lock_node_made_again_restarts_sequence_tokens_but_not_czxid_tokens() {
+    for token in ["sequence", "czxid"] {
+        let root = unique_root();
+        let upstream = RecordingUpstream::start(Behavior::Ok).await;
+        let gateway = TestGateway::start(&route(
+            &upstream.url(),
+            "doc",
+            &zk_authority(&root, &format!("token = \"{token}\"")),
+        ))
+        .await;
+        let lock = format!("{root}/locks/4");
+        let token_of = |c: &crate::support::zookeeper::ZkContender| {
+            if token == "czxid" {
+                c.czxid
+            } else {
+                c.token
+            }
+        };
+        // Three grants, then the lock node is deleted (as ZooKeeper deletes a container) and made
+        // again: its counter starts at 0.
+        for _ in 0..3 {
+            zk_contend(&lock, Naming::Curator, CONTENDER_SESSION)
+                .await
+                .release()
+                .await;
+        }
+        let before = zk_contend(&lock, Naming::Curator, CONTENDER_SESSION).await;
+        let first = token_of(&before);
+        until_answered(&gateway, "/doc/4", first, (200, "")).await;
+        before.release().await;
+        zk_delete_tree(&zk_observer().await, &lock).await;
+        let after = zk_contend(&lock, Naming::Curator, CONTENDER_SESSION).await;
+        let second = token_of(&after);
+        if token == "czxid" {
+            // Ensemble-wide: the new holder's token is above the old, and it writes.
+            assert!(second > first, "czxid {second} after {first}");
+            until_answered(&gateway, "/doc/4", second, (200, "")).await;
+        } else {
+            // The counter started again: the new holder's token is below the mark, refused.
+            assert!(second < first, "sequence {second} after {first}");
+            let (status, slug) = write(&gateway, "/doc/4", second).await;
+            assert_eq!((status, slug.as_str()), (409, "stale-fence"), "{token}");
+        }
+        after.release().await;
+        gateway.stop().await;
+        zk_delete_tree(&zk_observer().await, &root).await;
+    }
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts the local ZooKeeper (127.0.0.1:2181, standalone) that the ZooKeeper token snippet's test
-# (tests/process/token_snippets.rs, examples/tokens/zk_lock.py) takes its locks in, installing
+# (tests/process/token_snippets/, examples/tokens/zk_lock.py) takes its locks in, installing
 # Debian's zookeeper when it is missing. Data in /var/lib/fencegate-test-zk, log in
 # /var/log/fencegate-test-zk.log; started by hand in the background (the package's service cannot
 # start here) and left running. Idempotent: nothing is started when the port answers. Run by

@@ -111,7 +111,7 @@ else
 fi
 
 # psycopg 3 (with its bundled libpq), pinned, for the PostgreSQL lease snippet that
-# tests/process/token_snippets.rs runs (examples/tokens/pg_lease.py).
+# tests/process/token_snippets/ runs (examples/tokens/pg_lease.py).
 PSYCOPG_VERSION=3.3.9
 psycopg_version() { python3 -c 'import importlib.metadata as m; print(m.version("psycopg"))' 2>/dev/null; }
 if ! command -v python3 >/dev/null 2>&1; then
@@ -135,7 +135,7 @@ else
 fi
 
 # kazoo, pinned, for the ZooKeeper snippet (examples/tokens/zk_lock.py) that
-# tests/process/token_snippets.rs runs against the ZooKeeper scripts/zookeeper-setup.sh starts.
+# tests/process/token_snippets/ runs against the ZooKeeper scripts/zookeeper-setup.sh starts.
 KAZOO_VERSION=2.11.0
 kazoo_version() { python3 -c 'import importlib.metadata as m; print(m.version("kazoo"))' 2>/dev/null; }
 if ! command -v python3 >/dev/null 2>&1; then
@@ -155,7 +155,7 @@ else
 fi
 
 # Python packages of the Redis and DynamoDB token snippets (examples/tokens/redis_lock.py,
-# dynamodb_lock.py) that tests/process/token_snippets.rs runs: redis-py, boto3, and moto, whose
+# dynamodb_lock.py) that tests/process/token_snippets/ runs: redis-py, boto3, and moto, whose
 # server emulates DynamoDB for the second (no DynamoDB can run here). Each pinned; NAME DIST==VERSION
 # MODULE: reported as NAME, installed as DIST, checked by importing MODULE.
 pip_pinned() {
@@ -183,7 +183,7 @@ pip_pinned boto3 "boto3==1.43.11" boto3
 pip_pinned moto "moto[dynamodb,server]==5.2.1" moto.server
 
 # Apache Curator, for the Curator snippet (examples/tokens/CuratorLock.java) that
-# tests/process/token_snippets.rs compiles with javac and runs: Debian's libcurator-recipes-java,
+# tests/process/token_snippets/ compiles with javac and runs: Debian's libcurator-recipes-java,
 # which brings ZooKeeper's Java client, Guava and SLF4J, and, if javac is missing, a JDK.
 # CURATOR_JARS are the jars of the test's class path (JAVA_JARS there), in /usr/share/java.
 CURATOR_JARS=(curator-recipes curator-framework curator-client zookeeper zookeeper-jute guava

@@ -139,32 +139,7 @@ fn etcd_service(config: &AuthorityConfig) -> Result<Service, MappingError> {
             "each endpoint is an http:// or https:// URL".to_owned(),
         ));
     }
-    let password_field = if config.password_file.is_some() {
-        "fence.authority.password_file"
-    } else {
-        "fence.authority.password_env"
-    };
-    let password = crate::config::secret::read_allowing_empty(
-        "password",
-        config.password_env.as_deref(),
-        config.password_file.as_deref(),
-    )
-    .map_err(|e| fail(password_field, e.to_string()))?;
-    match (&config.username, &password) {
-        (Some(_), None) => {
-            return Err(fail(
-                "fence.authority.password_env",
-                "a username needs the variable (or password_file) holding its password".to_owned(),
-            ))
-        }
-        (None, Some(_)) => {
-            return Err(fail(
-                "fence.authority.username",
-                "password_env and password_file need the username they belong to".to_owned(),
-            ))
-        }
-        _ => {}
-    }
+    let password = credentials(config)?.map(|(_, password)| password);
     let client = EtcdStoreConfig {
         endpoints: config.endpoints.clone(),
         key_prefix: String::new(),
@@ -357,10 +332,12 @@ impl std::fmt::Debug for Digest {
     }
 }
 
-/// `username` and its password as ZooKeeper's digest scheme takes them (`user:password`), when
-/// the locks' ACLs ask for it.
-fn zookeeper_digest(config: &AuthorityConfig) -> Result<Option<String>, MappingError> {
-    let fail = |field: &'static str, message: String| MappingError { field, message };
+/// `username` and the password read from `password_env` or `password_file`, both or neither.
+fn credentials(config: &AuthorityConfig) -> Result<Option<(String, String)>, MappingError> {
+    let fail = |field: &'static str, message: &str| MappingError {
+        field,
+        message: message.to_owned(),
+    };
     let password_field = if config.password_file.is_some() {
         "fence.authority.password_file"
     } else {
@@ -371,24 +348,33 @@ fn zookeeper_digest(config: &AuthorityConfig) -> Result<Option<String>, MappingE
         config.password_env.as_deref(),
         config.password_file.as_deref(),
     )
-    .map_err(|e| fail(password_field, e.to_string()))?;
+    .map_err(|e| fail(password_field, &e.to_string()))?;
     match (&config.username, password) {
         (None, None) => Ok(None),
-        (Some(user), Some(password)) if !user.is_empty() && !user.contains(':') => {
-            Ok(Some(format!("{user}:{password}")))
-        }
-        (Some(_), Some(_)) => Err(fail(
-            "fence.authority.username",
-            "a ZooKeeper digest user name: not empty, no ':'".to_owned(),
-        )),
+        (Some(user), Some(password)) => Ok(Some((user.clone(), password))),
         (Some(_), None) => Err(fail(
             "fence.authority.password_env",
-            "a username needs the variable (or password_file) holding its password".to_owned(),
+            "a username needs the variable (or password_file) holding its password",
         )),
         (None, Some(_)) => Err(fail(
             "fence.authority.username",
-            "password_env and password_file need the username they belong to".to_owned(),
+            "password_env and password_file need the username they belong to",
         )),
+    }
+}
+
+/// The credentials as ZooKeeper's digest scheme takes them (`user:password`), when the locks' ACLs
+/// ask for them.
+fn zookeeper_digest(config: &AuthorityConfig) -> Result<Option<String>, MappingError> {
+    match credentials(config)? {
+        None => Ok(None),
+        Some((user, password)) if !user.is_empty() && !user.contains(':') => {
+            Ok(Some(format!("{user}:{password}")))
+        }
+        Some(_) => Err(MappingError {
+            field: "fence.authority.username",
+            message: "a ZooKeeper digest user name: not empty, no ':'".to_owned(),
+        }),
     }
 }
 

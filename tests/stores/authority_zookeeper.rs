@@ -464,3 +464,43 @@ async fn a_lock_node_made_again_restarts_sequence_tokens_but_not_czxid_tokens() 
         zk_delete_tree(&zk_observer().await, &root).await;
     }
 }
+
+#[tokio::test]
+async fn a_stalled_zookeeper_connection_fails_the_route_closed_before_its_session_would_expire() {
+    let root = unique_root();
+    let zookeeper = ZK_HOSTS.parse().expect("ZooKeeper's address");
+    let relay = Relay::start(zookeeper).await;
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    // A session of 30 s: only noticing the silence itself can take the route out of sync within
+    // FOLLOW_WAIT.
+    let authority = format!(
+        "kind = \"zookeeper\"\nhosts = \"{}\"\nlock_key = \"{root}/locks/{{id}}\"\nrequest_timeout = \"1s\"\nsession_timeout = \"30s\"\n",
+        relay.addr
+    );
+    let gateway = TestGateway::start(&route(&upstream.url(), "inv", &authority)).await;
+    let lock = format!("{root}/locks/8");
+    lock_node(&lock).await;
+    let holder = zk_contend(&lock, Naming::Plain, CONTENDER_SESSION).await;
+    until_answered(&gateway, "/inv/8", holder.token, (200, "")).await;
+    // Quiet: no read of the gateway's is in flight when the connection stalls, so only the
+    // session's own report of the silence can take the route out of sync.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // A partition: the connection stays open, nothing crosses it.
+    relay.set(RelayMode::Stall);
+    let stalled = Instant::now();
+    until_answered(
+        &gateway,
+        "/inv/8",
+        holder.token,
+        (503, "authority-unavailable"),
+    )
+    .await;
+    let noticed = stalled.elapsed();
+    relay.set(RelayMode::Pass);
+    until_answered(&gateway, "/inv/8", holder.token, (200, "")).await;
+    eprintln!("a stalled connection was noticed after {noticed:?}");
+    holder.release().await;
+    gateway.stop().await;
+    zk_delete_tree(&zk_observer().await, &root).await;
+}

@@ -263,57 +263,96 @@ async fn until_answered(gateway: &TestGateway, path: &str, token: u64, want: (u1
     }
 }
 
+/// A gateway following lock `{root}/locks/3` through a relay to ZooKeeper, so that a test can
+/// break the connection, with a session of 30 s (above FOLLOW_WAIT: only the gateway noticing the
+/// break itself can take the route out of sync in time); the lock's holder has written once.
+struct Relayed {
+    root: String,
+    relay: Relay,
+    upstream: RecordingUpstream,
+    gateway: TestGateway,
+    lock: String,
+    holder: crate::support::zookeeper::ZkContender,
+}
+
+impl Relayed {
+    async fn start(request_timeout: &str) -> Relayed {
+        let root = unique_root();
+        let relay = Relay::start(ZK_HOSTS.parse().expect("ZooKeeper's address")).await;
+        let upstream = RecordingUpstream::start(Behavior::Ok).await;
+        let authority = format!(
+            "kind = \"zookeeper\"\nhosts = \"{}\"\nlock_key = \"{root}/locks/{{id}}\"\nrequest_timeout = \"{request_timeout}\"\nsession_timeout = \"30s\"\n",
+            relay.addr
+        );
+        let gateway = TestGateway::start(&route(&upstream.url(), "inv", &authority)).await;
+        let lock = format!("{root}/locks/3");
+        lock_node(&lock).await;
+        let holder = zk_contend(&lock, Naming::Curator, CONTENDER_SESSION).await;
+        until_answered(&gateway, "/inv/3", holder.token, (200, "")).await;
+        // Quiet: no read of the gateway's is in flight when the connection breaks, so only the
+        // session's own report of it can take the route out of sync.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Relayed {
+            root,
+            relay,
+            upstream,
+            gateway,
+            lock,
+            holder,
+        }
+    }
+
+    async fn stop(self) {
+        self.holder.release().await;
+        self.gateway.stop().await;
+        zk_delete_tree(&zk_observer().await, &self.root).await;
+    }
+}
+
 #[tokio::test]
 async fn a_broken_zookeeper_session_fails_closed_until_a_new_one_has_read_every_lock() {
-    let root = unique_root();
-    let zookeeper = ZK_HOSTS.parse().expect("ZooKeeper's address");
-    let relay = Relay::start(zookeeper).await;
-    let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    let authority = format!(
-        "kind = \"zookeeper\"\nhosts = \"{}\"\nlock_key = \"{root}/locks/{{id}}\"\nrequest_timeout = \"500ms\"\nsession_timeout = \"30s\"\n",
-        relay.addr
-    );
-    let gateway = TestGateway::start(&route(&upstream.url(), "inv", &authority)).await;
-    let lock = format!("{root}/locks/3");
-    lock_node(&lock).await;
-    let first = zk_contend(&lock, Naming::Curator, CONTENDER_SESSION).await;
-    until_answered(&gateway, "/inv/3", first.token, (200, "")).await;
-    // Quiet: no read of the gateway's is in flight when the connection goes, so only the
-    // session's own report of it can take the route out of sync.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut relayed = Relayed::start("500ms").await;
+    let zombie = relayed.holder.token;
 
     // The gateway loses ZooKeeper: its route fails closed rather than judge by a stale view, at
-    // once, not when its session (30 s, above FOLLOW_WAIT) would expire.
-    relay.set(RelayMode::Cut);
+    // once, not when its session would expire.
+    relayed.relay.set(RelayMode::Cut);
     until_answered(
-        &gateway,
+        &relayed.gateway,
         "/inv/3",
-        first.token,
+        zombie,
         (503, "authority-unavailable"),
     )
     .await;
     // Meanwhile the lock changes hands, unseen by the gateway.
-    let zombie = first.token;
-    let second = zk_contend(&lock, Naming::Curator, CONTENDER_SESSION).await;
-    first.release().await;
+    let second = zk_contend(&relayed.lock, Naming::Curator, CONTENDER_SESSION).await;
+    std::mem::replace(&mut relayed.holder, second)
+        .release()
+        .await;
 
     // Back: a new session reads the lock again before the route trusts its view.
-    relay.set(RelayMode::Pass);
-    until_answered(&gateway, "/inv/3", second.token, (200, "")).await;
+    relayed.relay.set(RelayMode::Pass);
+    let gateway = &relayed.gateway;
+    until_answered(gateway, "/inv/3", relayed.holder.token, (200, "")).await;
     assert_eq!(
-        write(&gateway, "/inv/3", zombie).await,
+        write(gateway, "/inv/3", zombie).await,
         (409, "lease-ended".to_owned()),
         "the holder that released while the gateway was away"
     );
-    let forwarded: Vec<u64> = upstream.seen().iter().filter_map(|s| s.fence()).collect();
+    let forwarded: Vec<u64> = relayed
+        .upstream
+        .seen()
+        .iter()
+        .filter_map(|s| s.fence())
+        .collect();
     assert!(
-        forwarded.iter().all(|t| *t == zombie || *t == second.token)
-            && forwarded.last() == Some(&second.token),
+        forwarded
+            .iter()
+            .all(|t| *t == zombie || *t == relayed.holder.token)
+            && forwarded.last() == Some(&relayed.holder.token),
         "{forwarded:?}"
     );
-    second.release().await;
-    gateway.stop().await;
-    zk_delete_tree(&zk_observer().await, &root).await;
+    relayed.stop().await;
 }
 
 #[tokio::test]
@@ -467,40 +506,21 @@ async fn a_lock_node_made_again_restarts_sequence_tokens_but_not_czxid_tokens() 
 
 #[tokio::test]
 async fn a_stalled_zookeeper_connection_fails_the_route_closed_before_its_session_would_expire() {
-    let root = unique_root();
-    let zookeeper = ZK_HOSTS.parse().expect("ZooKeeper's address");
-    let relay = Relay::start(zookeeper).await;
-    let upstream = RecordingUpstream::start(Behavior::Ok).await;
-    // A session of 30 s: only noticing the silence itself can take the route out of sync within
-    // FOLLOW_WAIT.
-    let authority = format!(
-        "kind = \"zookeeper\"\nhosts = \"{}\"\nlock_key = \"{root}/locks/{{id}}\"\nrequest_timeout = \"1s\"\nsession_timeout = \"30s\"\n",
-        relay.addr
-    );
-    let gateway = TestGateway::start(&route(&upstream.url(), "inv", &authority)).await;
-    let lock = format!("{root}/locks/8");
-    lock_node(&lock).await;
-    let holder = zk_contend(&lock, Naming::Plain, CONTENDER_SESSION).await;
-    until_answered(&gateway, "/inv/8", holder.token, (200, "")).await;
-    // Quiet: no read of the gateway's is in flight when the connection stalls, so only the
-    // session's own report of the silence can take the route out of sync.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-
+    let relayed = Relayed::start("1s").await;
+    let token = relayed.holder.token;
     // A partition: the connection stays open, nothing crosses it.
-    relay.set(RelayMode::Stall);
+    relayed.relay.set(RelayMode::Stall);
     let stalled = Instant::now();
     until_answered(
-        &gateway,
-        "/inv/8",
-        holder.token,
+        &relayed.gateway,
+        "/inv/3",
+        token,
         (503, "authority-unavailable"),
     )
     .await;
     let noticed = stalled.elapsed();
-    relay.set(RelayMode::Pass);
-    until_answered(&gateway, "/inv/8", holder.token, (200, "")).await;
+    relayed.relay.set(RelayMode::Pass);
+    until_answered(&relayed.gateway, "/inv/3", token, (200, "")).await;
     eprintln!("a stalled connection was noticed after {noticed:?}");
-    holder.release().await;
-    gateway.stop().await;
-    zk_delete_tree(&zk_observer().await, &root).await;
+    relayed.stop().await;
 }

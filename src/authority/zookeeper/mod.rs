@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures_util::future::{try_join_all, BoxFuture};
+use futures_util::future::BoxFuture;
 use futures_util::FutureExt as _;
 use names::watch_root;
 use zookeeper_client as zk;
@@ -128,32 +128,16 @@ impl ZookeeperLocks {
             Ok(locks) => locks,
             Err(e) => return e,
         };
-        let mut holders = HashMap::new();
         // The highest pzxid read: every change up to it has been delivered to the watcher.
         let mut reached = 0;
-        // A chunk's reads in flight at once (ZooKeeper answers a session's requests in order).
-        for chunk in locks.chunks(READS_IN_FLIGHT) {
-            let reads = match try_join_all(
-                chunk.iter().map(|(lock, _)| self.read_lock(client, lock)),
-            )
-            .await
-            {
-                Ok(reads) => reads,
+        let holders: HashMap<String, Holder> =
+            match self.read_locks(client, &locks, &mut reached).await {
+                Ok(read) => read
+                    .into_iter()
+                    .filter_map(|(resource, holder)| Some((resource, holder?)))
+                    .collect(),
                 Err(e) => return e,
             };
-            for ((lock, resource), read) in chunk.iter().zip(reads) {
-                reached = reached.max(read.pzxid);
-                if let Some(token) = read.holder {
-                    holders.insert(
-                        resource.clone(),
-                        Holder {
-                            lock: lock.clone(),
-                            token,
-                        },
-                    );
-                }
-            }
-        }
         let mut pending: BTreeSet<(String, String)> = BTreeSet::new();
         // What was read is trusted only if the session did not break while it was read: a
         // disconnection's report is queued before any answer read after it.
@@ -172,24 +156,10 @@ impl ZookeeperLocks {
                 continue;
             }
             let touched: Vec<(String, String)> = std::mem::take(&mut pending).into_iter().collect();
-            let mut changes = Vec::with_capacity(touched.len());
-            for chunk in touched.chunks(READS_IN_FLIGHT) {
-                let reads =
-                    match try_join_all(chunk.iter().map(|(lock, _)| self.read_lock(client, lock)))
-                        .await
-                    {
-                        Ok(reads) => reads,
-                        Err(e) => return e,
-                    };
-                for ((lock, resource), read) in chunk.iter().zip(reads) {
-                    reached = reached.max(read.pzxid);
-                    let holder = read.holder.map(|token| Holder {
-                        lock: lock.clone(),
-                        token,
-                    });
-                    changes.push((resource.clone(), holder));
-                }
-            }
+            let changes = match self.read_locks(client, &touched, &mut reached).await {
+                Ok(changes) => changes,
+                Err(e) => return e,
+            };
             if let Some(ended) = self.drain(&mut watcher, &mut pending, client) {
                 return ended;
             }

@@ -4,10 +4,12 @@
 use std::collections::HashMap;
 use std::sync::PoisonError;
 
+use futures_util::future::try_join_all;
 use zookeeper_client as zk;
 
 use super::names::{child_path, lowest_contender};
-use super::{Read, ZookeeperLocks, HOLDER_READS};
+use super::{Read, ZookeeperLocks, HOLDER_READS, READS_IN_FLIGHT};
+use crate::authority::view::Holder;
 use crate::config::ZookeeperToken;
 
 impl ZookeeperLocks {
@@ -84,6 +86,30 @@ impl ZookeeperLocks {
         Err(format!(
             "{what}: its holder changed {HOLDER_READS} times while it was read"
         ))
+    }
+
+    /// The holders of `locks` (each with its resource), [`READS_IN_FLIGHT`] read at once, as
+    /// `(resource, holder)`; `reached` rises to the highest pzxid read.
+    pub(super) async fn read_locks(
+        &self,
+        client: &zk::Client,
+        locks: &[(String, String)],
+        reached: &mut i64,
+    ) -> Result<Vec<(String, Option<Holder>)>, String> {
+        let mut holders = Vec::with_capacity(locks.len());
+        for chunk in locks.chunks(READS_IN_FLIGHT) {
+            let reads =
+                try_join_all(chunk.iter().map(|(lock, _)| self.read_lock(client, lock))).await?;
+            for ((lock, resource), read) in chunk.iter().zip(reads) {
+                *reached = (*reached).max(read.pzxid);
+                let holder = read.holder.map(|token| Holder {
+                    lock: lock.clone(),
+                    token,
+                });
+                holders.push((resource.clone(), holder));
+            }
+        }
+        Ok(holders)
     }
 
     /// Every lock node below the root, as the mapping names them, with its resource.

@@ -524,3 +524,36 @@ async fn a_stalled_zookeeper_connection_fails_the_route_closed_before_its_sessio
     eprintln!("a stalled connection was noticed after {noticed:?}");
     relayed.stop().await;
 }
+
+#[tokio::test]
+async fn a_lock_path_zookeeper_refuses_has_no_holder_and_fails_no_other_write() {
+    // U+FFFD is a character ZooKeeper's client refuses in a path: no node can have it.
+    let root = unique_root();
+    let upstream = RecordingUpstream::start(Behavior::Ok).await;
+    let gateway = TestGateway::start(&route(
+        &upstream.url(),
+        "doc",
+        &zk_authority(&root, "require_live_lease = true\nstrict = true"),
+    ))
+    .await;
+    let lock = format!("{root}/locks/1");
+    lock_node(&lock).await;
+    let holder = zk_contend(&lock, Naming::Plain, CONTENDER_SESSION).await;
+    until_answered(&gateway, "/doc/1", holder.token, (200, "")).await;
+    assert_eq!(
+        write(&gateway, "/doc/%EF%BF%BD", 7).await,
+        (409, "lease-ended".to_owned()),
+        "no one can hold a lock ZooKeeper cannot name"
+    );
+    // Confirmed in batches: the refused path and the holder's write, sent together, each get
+    // their own answer.
+    let (odd, held) = tokio::join!(
+        write(&gateway, "/doc/%EF%BF%BD", 7),
+        write(&gateway, "/doc/1", holder.token)
+    );
+    assert_eq!(odd, (409, "lease-ended".to_owned()));
+    assert_eq!(held, (200, String::new()));
+    holder.release().await;
+    gateway.stop().await;
+    zk_delete_tree(&zk_observer().await, &root).await;
+}

@@ -366,11 +366,10 @@ fn upstream_request_filter(
             .authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
-    let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     // The pools send the origin form (made absolute for an HTTP/2 connection).
     parts.uri = route
         .upstream
-        .origin_form_for(path_and_query)
+        .origin_form_for(&parts.uri)
         .map_err(|_| GatewayError::Internal("could not build the upstream URI"))?;
     // Hop-by-hop headers were removed once, at ingress (`Gateway::call`), before any layer set
     // headers of its own; nothing since has added one.

@@ -40,11 +40,15 @@ pub enum ForwardError {
 /// first, pruned oldest first.
 type Idle = VecDeque<(H1Connection, Instant)>;
 
+/// The pools' maps are keyed by configured upstreams (`host:port`), never by client input, and
+/// looked up twice per forwarded request: a fast hash rather than SipHash.
+type FastHash = foldhash::fast::RandomState;
+
 /// This thread's connections by upstream (`host:port`), and how to open more.
 pub struct UpstreamPool {
-    idle: Mutex<HashMap<String, Idle>>,
+    idle: Mutex<HashMap<Arc<str>, Idle, FastHash>>,
     /// One HTTP/2 connection per upstream, for as long as it stays open.
-    shared: Mutex<HashMap<String, http2::SendRequest<RequestBody>>>,
+    shared: Mutex<HashMap<Arc<str>, http2::SendRequest<RequestBody>, FastHash>>,
     dialer: Dialer,
     max_idle_per_upstream: usize,
     idle_timeout: Duration,
@@ -61,8 +65,8 @@ impl UpstreamPool {
         idle_timeout: Duration,
     ) -> UpstreamPool {
         UpstreamPool {
-            idle: Mutex::new(HashMap::new()),
-            shared: Mutex::new(HashMap::new()),
+            idle: Mutex::new(HashMap::default()),
+            shared: Mutex::new(HashMap::default()),
             dialer,
             max_idle_per_upstream,
             idle_timeout,
@@ -76,12 +80,14 @@ impl UpstreamPool {
     /// hands its connection back at its end.
     pub async fn send(
         self: &Arc<Self>,
-        upstream: &str,
+        upstream: &Arc<str>,
         target: &Uri,
         mut request: Request<RequestBody>,
     ) -> Result<Response<PooledBody>, ForwardError> {
         if let Some(mut shared) = self.take_shared(upstream) {
-            match send_h2(&mut shared, target, request).await {
+            // Boxed, here and below: an HTTP/2 exchange's future is large (about 2 KiB), and kept
+            // inline it would be copied with every request's future, HTTP/1.1 ones included.
+            match Box::pin(send_h2(&mut shared, target, request)).await {
                 Ok(response) => return Ok(unpooled(response)),
                 // Back from an HTTP/2 connection that closed first: origin form again.
                 Err(Unsent::Again(unsent)) => {
@@ -107,30 +113,41 @@ impl UpstreamPool {
             // p50 at c=1.
             tokio::task::yield_now().await;
         }
-        if let Some(connection) = self.take_idle(upstream) {
-            let response = connection.send(request).await.map_err(exchange_failed)?;
-            return Ok(self.lend(upstream, response));
-        }
-        // Boxed: opening a connection (TCP, TLS, handshake) is a large future, and kept inline
-        // it would be copied with every request's future although few requests open one.
-        match Box::pin(self.dialer.open(target))
-            .await
-            .map_err(ForwardError::Connect)?
-        {
-            Opened::Http1(connection) => {
-                let response = connection.send(request).await.map_err(exchange_failed)?;
-                Ok(self.lend(upstream, response))
-            }
-            Opened::Http2(mut sender) => {
-                self.share(upstream, sender.clone());
-                match send_h2(&mut sender, target, request).await {
-                    Ok(response) => Ok(unpooled(response)),
-                    Err(Unsent::Again(_)) => Err(ForwardError::Connect(
-                        "the new HTTP/2 connection closed before the request was sent".into(),
-                    )),
-                    Err(Unsent::Failed(error)) => Err(ForwardError::Exchange(Box::new(error))),
+        let connection = match self.take_idle(upstream) {
+            Some(connection) => connection,
+            // Boxed: opening a connection (TCP, TLS, handshake) is a large future, and kept inline
+            // it would be copied with every request's future although few requests open one.
+            None => match Box::pin(self.dialer.open(target))
+                .await
+                .map_err(ForwardError::Connect)?
+            {
+                Opened::Http1(connection) => connection,
+                Opened::Http2(sender) => {
+                    return Box::pin(self.send_on_new_h2(upstream, sender, target, request)).await
                 }
-            }
+            },
+        };
+        // One await for a pooled and a new connection alike: the exchange's future is held in
+        // one place of this future, not two.
+        let response = connection.send(request).await.map_err(exchange_failed)?;
+        Ok(self.lend(upstream, response))
+    }
+
+    /// Sends `request` on a new HTTP/2 connection to `upstream`, which later requests share.
+    async fn send_on_new_h2(
+        &self,
+        upstream: &Arc<str>,
+        mut sender: http2::SendRequest<RequestBody>,
+        target: &Uri,
+        request: Request<RequestBody>,
+    ) -> Result<Response<PooledBody>, ForwardError> {
+        self.share(upstream, sender.clone());
+        match send_h2(&mut sender, target, request).await {
+            Ok(response) => Ok(unpooled(response)),
+            Err(Unsent::Again(_)) => Err(ForwardError::Connect(
+                "the new HTTP/2 connection closed before the request was sent".into(),
+            )),
+            Err(Unsent::Failed(error)) => Err(ForwardError::Exchange(Box::new(error))),
         }
     }
 
@@ -153,10 +170,10 @@ impl UpstreamPool {
 
     /// Makes `sender` the HTTP/2 connection later requests to `upstream` share (one opened at
     /// the same time by another request serves that request only, and closes after it).
-    fn share(&self, upstream: &str, sender: http2::SendRequest<RequestBody>) {
+    fn share(&self, upstream: &Arc<str>, sender: http2::SendRequest<RequestBody>) {
         let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
         if shared.get(upstream).is_none_or(|open| open.is_closed()) {
-            shared.insert(upstream.to_owned(), sender);
+            shared.insert(Arc::clone(upstream), sender);
         }
     }
 
@@ -175,13 +192,17 @@ impl UpstreamPool {
 
     /// Hands the connection back once `response`'s body is read to its end (at once when it has
     /// none).
-    fn lend(self: &Arc<Self>, upstream: &str, response: Response<H1Body>) -> Response<PooledBody> {
+    fn lend(
+        self: &Arc<Self>,
+        upstream: &Arc<str>,
+        response: Response<H1Body>,
+    ) -> Response<PooledBody> {
         let mut response = response.map(|body| PooledBody {
             inner: Inner::Http1(body),
             back: None,
         });
         if !response.body_mut().hand_back_if_ended(self, upstream) {
-            response.body_mut().back = Some((Arc::clone(self), upstream.to_owned()));
+            response.body_mut().back = Some((Arc::clone(self), Arc::clone(upstream)));
         }
         response
     }
@@ -199,7 +220,7 @@ impl UpstreamPool {
         idle.retain(|_, connections| !connections.is_empty());
     }
 
-    fn put_back(&self, upstream: String, connection: H1Connection) {
+    fn put_back(&self, upstream: Arc<str>, connection: H1Connection) {
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let connections = idle.entry(upstream).or_default();
@@ -320,7 +341,7 @@ fn exchange_failed(error: super::h1::H1Error) -> ForwardError {
 /// the end; dropped before that, or failed, it closes the connection.
 pub struct PooledBody {
     inner: Inner,
-    back: Option<(Arc<UpstreamPool>, String)>,
+    back: Option<(Arc<UpstreamPool>, Arc<str>)>,
 }
 
 enum Inner {
@@ -331,7 +352,7 @@ enum Inner {
 impl PooledBody {
     /// Puts the connection back in `pool` if the body has ended and the connection may be
     /// reused; whether the body has ended.
-    fn hand_back_if_ended(&mut self, pool: &UpstreamPool, upstream: &str) -> bool {
+    fn hand_back_if_ended(&mut self, pool: &UpstreamPool, upstream: &Arc<str>) -> bool {
         let Inner::Http1(body) = &mut self.inner else {
             return true;
         };
@@ -339,7 +360,7 @@ impl PooledBody {
             return false;
         }
         if let Some(connection) = body.take_reusable() {
-            pool.put_back(upstream.to_owned(), connection);
+            pool.put_back(Arc::clone(upstream), connection);
         }
         true
     }

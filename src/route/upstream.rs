@@ -1,7 +1,9 @@
 //! An upstream base URL (`http://host:port/base` or `https://…`) and how a request path is placed
 //! below it.
 
-use http::uri::{Authority, Scheme, Uri};
+use http::uri::{Authority, PathAndQuery, Scheme, Uri};
+use std::sync::Arc;
+
 use http::HeaderValue;
 
 #[derive(Debug, Clone)]
@@ -11,8 +13,9 @@ pub struct UpstreamTarget {
     /// The base path without a trailing slash (empty for the root).
     base_path: String,
     host_header: HeaderValue,
-    /// `host:port`, the port made explicit: the name of the upstream's connection slots.
-    slot: String,
+    /// `host:port`, the port made explicit: the name of the upstream's connection slots (and of
+    /// its pooled connections, shared with each response that hands one back).
+    slot: Arc<str>,
     /// `scheme://authority/`: what a connection is opened to.
     origin: Uri,
 }
@@ -54,7 +57,7 @@ impl UpstreamTarget {
         let port = authority
             .port_u16()
             .unwrap_or(if scheme == Scheme::HTTPS { 443 } else { 80 });
-        let slot = format!("{}:{port}", authority.host());
+        let slot: Arc<str> = format!("{}:{port}", authority.host()).into();
         let origin = Uri::builder()
             .scheme(scheme.clone())
             .authority(authority.clone())
@@ -72,11 +75,23 @@ impl UpstreamTarget {
     }
 
     /// The origin-form request target (what an HTTP/1.1 request line carries to the upstream)
-    /// for a request whose path and query are `path_and_query`, below the base path.
-    pub fn origin_form_for(&self, path_and_query: &str) -> Result<Uri, http::Error> {
+    /// for a request to `uri`, below the base path. Without a base path, the request's own
+    /// path and query are kept as they were parsed (no copy, no second parse).
+    pub fn origin_form_for(&self, uri: &Uri) -> Result<Uri, http::Error> {
+        let path_and_query = uri.path_and_query();
         if self.base_path.is_empty() {
-            return Uri::try_from(path_and_query).map_err(Into::into);
+            if uri.scheme().is_none() && uri.authority().is_none() && path_and_query.is_some() {
+                return Ok(uri.clone());
+            }
+            let mut parts = http::uri::Parts::default();
+            parts.path_and_query = Some(
+                path_and_query
+                    .cloned()
+                    .unwrap_or_else(|| PathAndQuery::from_static("/")),
+            );
+            return Uri::from_parts(parts).map_err(Into::into);
         }
+        let path_and_query = path_and_query.map_or("/", PathAndQuery::as_str);
         let mut target = String::with_capacity(self.base_path.len() + path_and_query.len());
         target.push_str(&self.base_path);
         target.push_str(path_and_query);
@@ -85,11 +100,11 @@ impl UpstreamTarget {
 
     /// The name of the upstream's connection slots (`host:port`).
     pub fn slot_name(&self) -> String {
-        self.slot.clone()
+        self.slot.to_string()
     }
 
-    /// [`slot_name`](Self::slot_name), borrowed.
-    pub fn slot(&self) -> &str {
+    /// [`slot_name`](Self::slot_name), shared.
+    pub fn slot(&self) -> &Arc<str> {
         &self.slot
     }
 
@@ -131,10 +146,20 @@ mod tests {
             ("https://api.example.com/v1", "/charges", "/v1/charges"),
         ] {
             let t = UpstreamTarget::parse(base).unwrap();
-            let origin = t.origin_form_for(path).unwrap();
-            assert_eq!(origin.authority(), None);
-            assert_eq!(origin.to_string(), expected, "{base} {path}");
+            // The same target from an origin-form and an absolute-form request line.
+            for uri in [path.to_owned(), format!("http://client.example{path}")] {
+                let origin = t.origin_form_for(&uri.parse().unwrap()).unwrap();
+                assert_eq!(origin.authority(), None, "{base} {uri}");
+                assert_eq!(origin.scheme(), None, "{base} {uri}");
+                assert_eq!(origin.to_string(), expected, "{base} {uri}");
+            }
         }
+        // An absolute-form target without a path goes to the root.
+        let root = UpstreamTarget::parse("http://127.0.0.1:9000").unwrap();
+        let origin = root
+            .origin_form_for(&"http://client.example".parse().unwrap())
+            .unwrap();
+        assert_eq!(origin.to_string(), "/");
         assert_eq!(
             UpstreamTarget::parse("http://h")
                 .unwrap()
@@ -142,7 +167,7 @@ mod tests {
                 .to_string(),
             "http://h/"
         );
-        assert_eq!(UpstreamTarget::parse("http://h").unwrap().slot(), "h:80");
+        assert_eq!(&**UpstreamTarget::parse("http://h").unwrap().slot(), "h:80");
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! An upstream base URL (`http://host:port/base` or `https://…`) and how a request path is placed
 //! below it.
 
-use http::uri::{Authority, PathAndQuery, Scheme, Uri};
 use std::sync::Arc;
 
+use http::uri::{Authority, PathAndQuery, Scheme, Uri};
 use http::HeaderValue;
 
 #[derive(Debug, Clone)]

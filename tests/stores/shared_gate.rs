@@ -615,10 +615,7 @@ async fn on_postgres_a_waiter_that_gives_up_leaves_the_queue() {
 /// PostgreSQL's count of deadlocks it broke in the test database. A backend reports its count
 /// when it ends, so the replicas are closed before the second reading.
 async fn deadlocks() -> i64 {
-    use sqlx::Connection as _;
-    let mut connection = sqlx::PgConnection::connect(TEST_POSTGRES_URL)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"));
+    let mut connection = crate::support::postgres::connect().await;
     sqlx::query_scalar("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
         .fetch_one(&mut connection)
         .await
@@ -721,10 +718,7 @@ async fn on_postgres_turn_batches_over_the_same_keys_do_not_deadlock() {
 
 /// A connection to the test database whose search path is the namespace's schema.
 async fn schema_connection(ns: &Namespace) -> sqlx::PgConnection {
-    use sqlx::Connection as _;
-    let mut connection = sqlx::PgConnection::connect(TEST_POSTGRES_URL)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"));
+    let mut connection = crate::support::postgres::connect().await;
     sqlx::query(&format!("SET search_path TO {}", ns.name))
         .execute(&mut connection)
         .await

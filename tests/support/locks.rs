@@ -8,7 +8,7 @@ use base64::Engine as _;
 use sqlx::Connection as _;
 
 use super::etcd::call;
-use super::postgres::TEST_POSTGRES_URL;
+use super::postgres::connect;
 
 fn b64(text: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(text.as_bytes())
@@ -147,12 +147,6 @@ impl LeaseTable {
     pub async fn drop(self) {
         super::postgres::drop_schema(&self.schema).await;
     }
-}
-
-async fn connect() -> sqlx::PgConnection {
-    sqlx::PgConnection::connect(TEST_POSTGRES_URL)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"))
 }
 
 /// A watch of every key under a prefix, from the test's side: when each key was deleted, by

@@ -12,11 +12,16 @@ pub fn unique_schema() -> String {
     format!("fg_test_{}", uuid::Uuid::new_v4().simple())
 }
 
+/// A connection to the local server; a test fails, never skips, without one.
+pub async fn connect() -> sqlx::PgConnection {
+    sqlx::PgConnection::connect(TEST_POSTGRES_URL)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"))
+}
+
 /// Drops a test schema and everything in it.
 pub async fn drop_schema(schema: &str) {
-    let mut connection = sqlx::PgConnection::connect(TEST_POSTGRES_URL)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"));
+    let mut connection = connect().await;
     sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
         .execute(&mut connection)
         .await

@@ -1,14 +1,12 @@
 //! The etcd lock and PostgreSQL lease snippets (etcd at 127.0.0.1:2379, PostgreSQL at
 //! 127.0.0.1:5432 and psycopg), by the marks alone and followed by the authority watch.
 
-use sqlx::Connection as _;
-
 use super::{
     holder_followed_by_the_authority_watch, require_python_module, two_holders_then_a_zombie,
     PYTHON_INSTALL,
 };
 use crate::support::etcd;
-use crate::support::postgres::{drop_schema, unique_schema, TEST_POSTGRES_URL};
+use crate::support::postgres::{connect, drop_schema, unique_schema, TEST_POSTGRES_URL};
 
 #[tokio::test]
 async fn etcd_lock_snippet_writes_with_its_keys_create_revision() {
@@ -37,9 +35,7 @@ async fn etcd_lock_snippet_writes_with_its_keys_create_revision() {
 async fn postgres_lease_snippet_writes_with_the_rows_fence() {
     require_python_module("psycopg", PYTHON_INSTALL);
     let schema = unique_schema();
-    let mut connection = sqlx::PgConnection::connect(TEST_POSTGRES_URL)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"));
+    let mut connection = connect().await;
     sqlx::query(&format!("CREATE SCHEMA {schema}"))
         .execute(&mut connection)
         .await
@@ -95,9 +91,7 @@ async fn etcd_lock_snippet_is_followed_by_the_authority_watch() {
 async fn postgres_lease_snippet_is_followed_by_the_authority_watch() {
     require_python_module("psycopg", PYTHON_INSTALL);
     let schema = unique_schema();
-    let mut connection = sqlx::PgConnection::connect(TEST_POSTGRES_URL)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {TEST_POSTGRES_URL} is required: {e}"));
+    let mut connection = connect().await;
     // The table exists before the gateway starts following it.
     for statement in [
         format!("CREATE SCHEMA {schema}"),
